@@ -1,0 +1,174 @@
+"""The canonical on-disk format: a folder of JSONL files, read and written with validation.
+
+    tools.jsonl         {"id", "name", "description", "agent"?, "category"?, "parameters"?, "returns"?}
+    agents.jsonl        {"id", "name", "description"}                       (optional)
+    queries.jsonl       {"id", "text", "tools": [ids], "split", "steps"?: [text]}
+    dependencies.jsonl  {"source", "target", "kind"?}                       (optional)
+
+Every error names the file and the line. Low-level readers for source formats (JSON, JSONL,
+TSV) live here too so every adapter reports errors the same way.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from toolgraph.data.schema import SPLITS, Agent, Dependency, Query, Tool, ToolDataset
+from toolgraph.errors import DataError
+
+_TOOL_FIELDS = {"id": str, "name": str, "description": str}
+_TOOL_OPTIONAL = {"agent", "category", "parameters", "returns"}
+_QUERY_FIELDS = {"id": str, "text": str, "tools": list}
+_AGENT_FIELDS = {"id": str, "name": str}
+_DEP_FIELDS = {"source": str, "target": str}
+
+
+# ---- low-level readers shared by adapters --------------------------------------------------
+def iter_jsonl(path: str | Path) -> Iterator[tuple[int, Any]]:
+    """Yield (line number, object) for each non-blank line; bad JSON -> DataError(file:line)."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError("file not found", path)
+    with path.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                yield lineno, json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DataError(f"malformed JSON: {e.msg} (column {e.colno})", path, lineno) from None
+
+
+def read_json(path: str | Path) -> Any:
+    path = Path(path)
+    if not path.is_file():
+        raise DataError("file not found", path)
+    text = path.read_text(encoding="utf-8")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise DataError(f"malformed JSON: {e.msg} (column {e.colno})", path, e.lineno) from None
+
+
+def read_tsv(path: str | Path, header: bool = True) -> Iterator[tuple[int, list[str]]]:
+    """Yield (line number, fields). With ``header`` the first line is skipped."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError("file not found", path)
+    with path.open(encoding="utf-8", newline="") as f:
+        for lineno, row in enumerate(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE), 1):
+            if header and lineno == 1:
+                continue
+            if row:
+                yield lineno, row
+
+
+def _require(obj: Any, fields: dict[str, type], path: Path, lineno: int) -> None:
+    if not isinstance(obj, dict):
+        raise DataError(f"expected a JSON object, got {type(obj).__name__}", path, lineno)
+    for key, typ in fields.items():
+        if key not in obj:
+            raise DataError(f"missing field {key!r}", path, lineno)
+        if not isinstance(obj[key], typ):
+            raise DataError(f"field {key!r} must be {typ.__name__}, got {type(obj[key]).__name__}", path, lineno)
+        if typ is str and key in ("id", "text", "name", "source", "target") and not obj[key].strip():
+            raise DataError(f"field {key!r} is empty", path, lineno)
+
+
+# ---- canonical folder ------------------------------------------------------------------------
+def read_dataset(folder: str | Path, name: str | None = None) -> ToolDataset:
+    """Read a canonical folder. Checks everything ToolDataset.validate checks, with file:line."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise DataError("dataset folder not found", folder)
+    tools: list[Tool] = []
+    tool_line: dict[str, int] = {}
+    tools_path = folder / "tools.jsonl"
+    for lineno, obj in iter_jsonl(tools_path):
+        _require(obj, _TOOL_FIELDS, tools_path, lineno)
+        unknown = set(obj) - set(_TOOL_FIELDS) - _TOOL_OPTIONAL
+        if unknown:
+            raise DataError(f"unknown field(s) {sorted(unknown)}", tools_path, lineno)
+        if obj["id"] in tool_line:
+            raise DataError(f"duplicate tool id {obj['id']!r} (first on line {tool_line[obj['id']]})", tools_path, lineno)
+        tool_line[obj["id"]] = lineno
+        tools.append(Tool(**obj))
+
+    agents: list[Agent] = []
+    agents_path = folder / "agents.jsonl"
+    if agents_path.exists():
+        seen: dict[str, int] = {}
+        for lineno, obj in iter_jsonl(agents_path):
+            _require(obj, _AGENT_FIELDS, agents_path, lineno)
+            if obj["id"] in seen:
+                raise DataError(f"duplicate agent id {obj['id']!r} (first on line {seen[obj['id']]})", agents_path, lineno)
+            seen[obj["id"]] = lineno
+            agents.append(Agent(obj["id"], obj["name"], obj.get("description", "")))
+        for t in tools:
+            if t.agent is not None and t.agent not in seen:
+                raise DataError(f"tool {t.id!r} names unknown agent {t.agent!r}", tools_path, tool_line[t.id])
+
+    queries: list[Query] = []
+    queries_path = folder / "queries.jsonl"
+    qseen: dict[str, int] = {}
+    for lineno, obj in iter_jsonl(queries_path):
+        _require(obj, _QUERY_FIELDS, queries_path, lineno)
+        if obj["id"] in qseen:
+            raise DataError(f"duplicate query id {obj['id']!r} (first on line {qseen[obj['id']]})", queries_path, lineno)
+        qseen[obj["id"]] = lineno
+        split = obj.get("split", "test")
+        if split not in SPLITS:
+            raise DataError(f"split {split!r} not in {SPLITS}", queries_path, lineno)
+        if not obj["tools"]:
+            raise DataError("query has no gold tools", queries_path, lineno)
+        for tid in obj["tools"]:
+            if tid not in tool_line:
+                raise DataError(f"query names unknown tool {tid!r}", queries_path, lineno)
+        steps = obj.get("steps")
+        queries.append(Query(obj["id"], obj["text"], tuple(obj["tools"]), split, tuple(steps) if steps else None))
+
+    deps: list[Dependency] = []
+    deps_path = folder / "dependencies.jsonl"
+    if deps_path.exists():
+        for lineno, obj in iter_jsonl(deps_path):
+            _require(obj, _DEP_FIELDS, deps_path, lineno)
+            for end in ("source", "target"):
+                if obj[end] not in tool_line:
+                    raise DataError(f"dependency names unknown tool {obj[end]!r}", deps_path, lineno)
+            deps.append(Dependency(obj["source"], obj["target"], obj.get("kind")))
+
+    skipped: Counter = Counter()
+    meta_path = folder / "meta.json"
+    if meta_path.exists():
+        skipped.update(read_json(meta_path).get("skipped", {}))
+    return ToolDataset(name or folder.name, tools, queries, agents, deps, skipped, {"folder": str(folder)})
+
+
+def write_dataset(ds: ToolDataset, folder: str | Path) -> Path:
+    """Write the canonical folder (plus meta.json with the stats and skip counts)."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+
+    def dump(path: Path, rows: list[dict]) -> None:
+        with path.open("w", encoding="utf-8") as f:
+            for r in rows:
+                f.write(json.dumps(r, ensure_ascii=False) + "\n")
+
+    dump(folder / "tools.jsonl", [_drop_none(vars(t)) for t in ds.tools])
+    dump(folder / "queries.jsonl", [_drop_none({**vars(q), "tools": list(q.tools),
+                                               "steps": list(q.steps) if q.steps else None}) for q in ds.queries])
+    if ds.agents:
+        dump(folder / "agents.jsonl", [vars(a) for a in ds.agents])
+    if ds.dependencies:
+        dump(folder / "dependencies.jsonl", [_drop_none(vars(d)) for d in ds.dependencies])
+    (folder / "meta.json").write_text(json.dumps({**ds.stats(), "notes": ds.notes}, indent=2, default=str) + "\n")
+    return folder
+
+
+def _drop_none(d: dict) -> dict:
+    return {k: v for k, v in d.items() if v is not None}

@@ -1,0 +1,1 @@
+"""Plain torch modules (never import Lightning): encoders, heads, GNNs, losses."""

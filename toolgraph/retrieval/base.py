@@ -1,0 +1,155 @@
+"""The Retriever protocol: every method, trained or not, ranks tools the same way.
+
+    r.index(tools); ranking = r.retrieve(["book a flight"], k=5)
+    r.add_tools(new); r.remove_tools(["id"]); r.save(dir); Retriever.load(dir)
+
+Tools are kept sorted by id (natural order: "2" < "10"), so equal scores are broken by tool id.
+Subclasses implement ``score(queries) -> [Q, N]`` over ``self.tools`` and ``_build()``; methods
+that search an index themselves (FAISS) override ``_search``.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+
+from toolgraph.config import to_dict
+from toolgraph.data.formats import iter_jsonl
+from toolgraph.data.schema import Tool
+from toolgraph.errors import DataError
+from toolgraph.registry import RETRIEVERS
+from toolgraph.retrieval.topk import topk
+
+
+@dataclass
+class RetrieverConfig:
+    name: str = ""
+    tool_text: str = "default"  # default | name_desc | toolbench  (see data.schema.render_tool)
+
+
+@dataclass
+class Ranking:
+    """Top-k per query: ``ids[q]`` best first, ``scores[q, i]`` the score of ``ids[q][i]``."""
+
+    ids: list[list[str]]
+    scores: torch.Tensor  # [Q, k]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+def natural_key(s: str) -> tuple:
+    return (0, int(s), "") if s.isdigit() else (1, 0, s)
+
+
+class Retriever(ABC):
+    Config: ClassVar[type] = RetrieverConfig
+    name: ClassVar[str] = ""
+
+    def __init__(self, config: Any = None):
+        self.config = config if config is not None else self.Config(name=self.name)
+        self.tools: list[Tool] = []
+
+    # ---- protocol ---------------------------------------------------------------------------
+    def index(self, tools: Iterable[Tool]) -> None:
+        tools = list(tools)
+        ids = [t.id for t in tools]
+        if len(set(ids)) != len(ids):
+            dup = next(i for i in ids if ids.count(i) > 1)
+            raise DataError(f"cannot index: duplicate tool id {dup!r}")
+        self.tools = sorted(tools, key=lambda t: natural_key(t.id))
+        self._build()
+
+    def retrieve(self, queries: Sequence[str], k: int, batch_size: int = 256) -> Ranking:
+        if not self.tools:
+            raise RuntimeError(f"{type(self).__name__}: index(tools) before retrieve()")
+        ids: list[list[str]] = []
+        scores: list[torch.Tensor] = []
+        for lo in range(0, len(queries), batch_size):
+            values, indices = self._search(list(queries[lo:lo + batch_size]), k)
+            scores.append(values)
+            ids += [[self.tools[i].id for i in row] for row in indices.tolist()]
+        return Ranking(ids, torch.cat(scores) if scores else torch.zeros(0, k))
+
+    def add_tools(self, tools: Iterable[Tool]) -> None:
+        new = list(tools)
+        clash = {t.id for t in new} & {t.id for t in self.tools}
+        if clash:
+            raise DataError(f"add_tools: ids already indexed: {sorted(clash)[:5]}")
+        self.index(self.tools + new)
+
+    def remove_tools(self, ids: Iterable[str]) -> None:
+        drop = set(ids)
+        missing = drop - {t.id for t in self.tools}
+        if missing:
+            raise DataError(f"remove_tools: unknown ids {sorted(missing)[:5]}")
+        self.index([t for t in self.tools if t.id not in drop])
+
+    def save(self, folder: str | Path) -> Path:
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        meta = {"retriever": self.name, "config": to_dict(self.config), "tools": len(self.tools)}
+        (folder / "retriever.json").write_text(json.dumps(meta, indent=2) + "\n")
+        with (folder / "tools.jsonl").open("w", encoding="utf-8") as f:
+            for t in self.tools:
+                f.write(json.dumps({k: v for k, v in vars(t).items() if v is not None}, ensure_ascii=False) + "\n")
+        self._save_state(folder)
+        return folder
+
+    @staticmethod
+    def load(folder: str | Path) -> Retriever:
+        """Rebuild any saved retriever from its folder alone (it describes itself)."""
+        from toolgraph.retrieval import build_retriever  # noqa: F401  (registers all retrievers)
+
+        folder = Path(folder)
+        meta_path = folder / "retriever.json"
+        if not meta_path.is_file():
+            raise DataError("not a saved retriever (retriever.json missing)", folder)
+        meta = json.loads(meta_path.read_text())
+        cls = RETRIEVERS.get(meta["retriever"])
+        config = _config_from_dict(cls, meta["config"])
+        r = cls(config)
+        r.tools = [Tool(**obj) for _, obj in iter_jsonl(folder / "tools.jsonl")]
+        r._load_state(folder)
+        return r
+
+    # ---- hooks ------------------------------------------------------------------------------
+    def _build(self) -> None:
+        """(Re)build the index over ``self.tools``."""
+
+    @abstractmethod
+    def score(self, queries: list[str]) -> torch.Tensor:
+        """[Q, N] scores over ``self.tools``."""
+
+    def _search(self, queries: list[str], k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return topk(self.score(queries), k)
+
+    def _save_state(self, folder: Path) -> None:
+        pass
+
+    def _load_state(self, folder: Path) -> None:
+        self._build()
+
+    def documents(self, tools: Sequence[Tool] | None = None) -> list[str]:
+        return [t.document(self.config.tool_text) for t in (self.tools if tools is None else tools)]
+
+
+def _config_from_dict(cls: type, values: dict) -> Any:
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    from toolgraph.errors import ConfigError
+
+    base = OmegaConf.structured(cls.Config(name=cls.name))
+    OmegaConf.set_struct(base, True)
+    try:
+        return OmegaConf.to_object(OmegaConf.merge(base, values))
+    except OmegaConfBaseException as e:
+        raise ConfigError(f"saved retriever config does not fit {cls.__name__}: {e}") from None

@@ -1,0 +1,39 @@
+"""BM25 (Robertson & Zaragoza) through ``bm25s`` — a maintained, sparse-matrix implementation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import bm25s
+import numpy as np
+import torch
+
+from toolgraph.registry import RETRIEVERS
+from toolgraph.retrieval.base import Retriever, RetrieverConfig
+
+
+@dataclass
+class BM25Config(RetrieverConfig):
+    name: str = "bm25"
+    k1: float = 1.5
+    b: float = 0.75
+    method: str = "lucene"  # bm25s variants: lucene | robertson | atire | bm25l | bm25+
+    stopwords: str | None = "en"  # bm25s stopword list, or null
+
+
+@RETRIEVERS.register("bm25")
+class BM25Retriever(Retriever):
+    Config = BM25Config
+    name = "bm25"
+
+    def _build(self) -> None:
+        cfg = self.config
+        tokens = bm25s.tokenize(self.documents(), stopwords=cfg.stopwords, show_progress=False)
+        self._bm25 = bm25s.BM25(k1=cfg.k1, b=cfg.b, method=cfg.method)
+        self._bm25.index(tokens, show_progress=False)
+
+    def score(self, queries: list[str]) -> torch.Tensor:
+        # full score vectors (not bm25s.retrieve) so ties are broken by tool id, like every retriever
+        tokenized = bm25s.tokenize(queries, stopwords=self.config.stopwords, return_ids=False, show_progress=False)
+        rows = [self._bm25.get_scores(q) if q else np.zeros(len(self.tools), dtype=np.float32) for q in tokenized]
+        return torch.from_numpy(np.stack(rows).astype(np.float32))  # [Q, N]

@@ -1,0 +1,67 @@
+"""On-disk embedding cache keyed by (model fingerprint, text hash).
+
+Re-evaluating a frozen encoder re-uses every vector it has seen; a changed model (new weights,
+pooling or max length) has a new fingerprint and so a fresh cache. One folder per fingerprint,
+one ``safetensors`` shard per flush, loaded lazily.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+
+def text_key(text: str) -> str:
+    return hashlib.sha1(text.encode("utf-8")).hexdigest()
+
+
+class EmbeddingCache:
+    def __init__(self, folder: str | Path, fingerprint: str):
+        self.folder = Path(folder) / fingerprint
+        self._rows: dict[str, torch.Tensor] = {}
+        self._new: dict[str, torch.Tensor] = {}
+        self._loaded = False
+
+    def _load(self) -> None:
+        if self._loaded:
+            return
+        self._loaded = True
+        for shard in sorted(self.folder.glob("shard-*.safetensors")):
+            keys = json.loads(shard.with_suffix(".json").read_text())
+            vectors = load_file(shard)["vectors"]
+            self._rows.update(zip(keys, vectors, strict=True))
+
+    def get(self, texts: list[str]) -> tuple[dict[int, torch.Tensor], list[int]]:
+        """(found: position -> vector, positions still to encode)."""
+        self._load()
+        found, missing = {}, []
+        for i, t in enumerate(texts):
+            v = self._rows.get(text_key(t))
+            if v is None:
+                missing.append(i)
+            else:
+                found[i] = v
+        return found, missing
+
+    def put(self, texts: list[str], vectors: torch.Tensor) -> None:
+        for t, v in zip(texts, vectors, strict=True):
+            k = text_key(t)
+            self._rows[k] = self._new[k] = v
+
+    def flush(self) -> None:
+        if not self._new:
+            return
+        self.folder.mkdir(parents=True, exist_ok=True)
+        n = len(list(self.folder.glob("shard-*.safetensors")))
+        path = self.folder / f"shard-{n:05d}-{os.getpid()}.safetensors"
+        keys = list(self._new)
+        tmp = path.with_name(path.name + ".tmp")
+        save_file({"vectors": torch.stack([self._new[k] for k in keys]).contiguous()}, str(tmp))
+        path.with_suffix(".json").write_text(json.dumps(keys))
+        tmp.replace(path)  # the shard appears only once complete
+        self._new.clear()

@@ -1,0 +1,134 @@
+"""Dense retrieval over any Hugging Face encoder (bi-encoder / "EmbSim").
+
+Tool and query vectors come from one ``TextEncoder`` (mean or CLS pooling, L2-normalised by
+default); scores are inner products. Search is exact (a matmul + deterministic top-k in torch)
+or a FAISS index for large corpora. Every vector goes through an :class:`EmbeddingCache`, so
+re-evaluating an unchanged model encodes nothing, and ``add_tools`` encodes only new tools.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from toolgraph.nn.encoder import TextEncoder, load_backbone
+from toolgraph.registry import RETRIEVERS
+from toolgraph.retrieval.base import Retriever, RetrieverConfig
+from toolgraph.retrieval.cache import EmbeddingCache
+from toolgraph.retrieval.encode import encode_texts
+
+
+@dataclass
+class DenseConfig(RetrieverConfig):
+    name: str = "dense"
+    model: str = "all-MiniLM-L6-v2"  # HF id or local folder
+    pooling: str = "mean"  # mean | cls
+    normalize: bool = True
+    max_length: int = 256
+    batch_size: int = 64
+    query_prefix: str = ""  # e.g. "query: " for E5-style models
+    doc_prefix: str = ""
+    index: str = "exact"  # exact | faiss (IndexFlatIP) | faiss-hnsw (approximate)
+    cache_dir: str | None = ".cache/embeddings"  # null: in-memory only
+    device: str = "auto"  # auto | cpu | cuda
+    progress: bool = True
+
+
+@RETRIEVERS.register("dense")
+class DenseRetriever(Retriever):
+    Config = DenseConfig
+    name = "dense"
+
+    def __init__(self, config: DenseConfig | None = None, encoder: TextEncoder | None = None, tokenizer=None):
+        super().__init__(config)
+        if self.config.index not in ("exact", "faiss", "faiss-hnsw"):
+            raise ValueError(f"retriever.index must be exact, faiss or faiss-hnsw, got {self.config.index!r}")
+        self._encoder, self._tokenizer = encoder, tokenizer
+        self._cache: EmbeddingCache | None = None
+        self.tool_vectors = torch.zeros(0, 0)
+        self._faiss = None
+
+    # ---- encoding ---------------------------------------------------------------------------
+    @property
+    def device(self) -> torch.device:
+        want = self.config.device
+        return torch.device("cuda" if want == "auto" and torch.cuda.is_available() else ("cpu" if want == "auto" else want))
+
+    @property
+    def encoder(self) -> TextEncoder:
+        if self._encoder is None:
+            backbone, self._tokenizer = load_backbone(self.config.model)
+            self._encoder = TextEncoder(backbone, self.config.pooling, self.config.normalize)
+        return self._encoder.to(self.device)
+
+    @property
+    def cache(self) -> EmbeddingCache:
+        if self._cache is None:
+            fp = f"{self.encoder.fingerprint()}-L{self.config.max_length}"
+            self._cache = EmbeddingCache(self.config.cache_dir or "", fp)
+            if self.config.cache_dir is None:
+                self._cache.flush = lambda: None  # in-memory only
+                self._cache._loaded = True
+        return self._cache
+
+    def embed(self, texts: list[str], what: str = "encoding") -> torch.Tensor:
+        """texts -> [len, H], through the cache."""
+        found, missing = self.cache.get(texts)
+        out = torch.empty(len(texts), self.encoder.dim)
+        for i, v in found.items():
+            out[i] = v
+        if missing:
+            todo = [texts[i] for i in missing]
+            vecs = encode_texts(self.encoder, self._tokenizer, todo, self.config.batch_size, self.config.max_length,
+                                self.device, progress=what if self.config.progress else False)
+            out[missing] = vecs
+            self.cache.put(todo, vecs)
+            self.cache.flush()
+        return out
+
+    # ---- index ------------------------------------------------------------------------------
+    def _build(self) -> None:
+        docs = [self.config.doc_prefix + d for d in self.documents()]
+        self.tool_vectors = self.embed(docs, "encoding tools")  # [N, H]
+        self._build_faiss()
+
+    def _build_faiss(self) -> None:
+        self._faiss = None
+        if self.config.index == "exact":
+            return
+        import faiss
+
+        dim = self.tool_vectors.shape[1]
+        if self.config.index == "faiss":
+            index = faiss.IndexFlatIP(dim)
+        else:
+            index = faiss.IndexHNSWFlat(dim, 32, faiss.METRIC_INNER_PRODUCT)
+        index.add(self.tool_vectors.numpy())
+        self._faiss = index
+
+    def encode_queries(self, queries: list[str]) -> torch.Tensor:
+        return self.embed([self.config.query_prefix + q for q in queries], "encoding queries")  # [Q, H]
+
+    def score(self, queries: list[str]) -> torch.Tensor:
+        return self.encode_queries(queries) @ self.tool_vectors.T  # [Q, N]
+
+    def _search(self, queries: list[str], k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._faiss is None:
+            return super()._search(queries, k)
+        values, indices = self._faiss.search(self.encode_queries(queries).numpy(), min(k, len(self.tools)))
+        return torch.from_numpy(values), torch.from_numpy(indices).long()
+
+    # ---- persistence ------------------------------------------------------------------------
+    def _save_state(self, folder: Path) -> None:
+        save_file({"tool_vectors": self.tool_vectors.contiguous()}, str(folder / "tool_vectors.safetensors"))
+
+    def _load_state(self, folder: Path) -> None:
+        path = folder / "tool_vectors.safetensors"
+        if path.is_file():
+            self.tool_vectors = load_file(str(path))["tool_vectors"]
+            self._build_faiss()
+        else:
+            self._build()

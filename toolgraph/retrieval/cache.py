@@ -2,7 +2,7 @@
 
 Re-evaluating a frozen encoder re-uses every vector it has seen; a changed model (new weights,
 pooling or max length) has a new fingerprint and so a fresh cache. One folder per fingerprint,
-one ``safetensors`` shard per flush, loaded lazily.
+one ``safetensors`` shard per flush, loaded lazily. ``folder=None`` keeps vectors in memory only.
 """
 
 from __future__ import annotations
@@ -21,14 +21,14 @@ def text_key(text: str) -> str:
 
 
 class EmbeddingCache:
-    def __init__(self, folder: str | Path, fingerprint: str):
-        self.folder = Path(folder) / fingerprint
+    def __init__(self, folder: str | Path | None, fingerprint: str):
+        self.folder = Path(folder) / fingerprint if folder is not None else None
         self._rows: dict[str, torch.Tensor] = {}
         self._new: dict[str, torch.Tensor] = {}
         self._loaded = False
 
     def _load(self) -> None:
-        if self._loaded:
+        if self._loaded or self.folder is None:
             return
         self._loaded = True
         for shard in sorted(self.folder.glob("shard-*.safetensors")):
@@ -54,7 +54,8 @@ class EmbeddingCache:
             self._rows[k] = self._new[k] = v
 
     def flush(self) -> None:
-        if not self._new:
+        if not self._new or self.folder is None:
+            self._new.clear()
             return
         self.folder.mkdir(parents=True, exist_ok=True)
         n = len(list(self.folder.glob("shard-*.safetensors")))

@@ -68,10 +68,7 @@ class DenseRetriever(Retriever):
     def cache(self) -> EmbeddingCache:
         if self._cache is None:
             fp = f"{self.encoder.fingerprint()}-L{self.config.max_length}"
-            self._cache = EmbeddingCache(self.config.cache_dir or "", fp)
-            if self.config.cache_dir is None:
-                self._cache.flush = lambda: None  # in-memory only
-                self._cache._loaded = True
+            self._cache = EmbeddingCache(self.config.cache_dir, fp)
         return self._cache
 
     def embed(self, texts: list[str], what: str = "encoding") -> torch.Tensor:

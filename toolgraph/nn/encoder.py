@@ -52,6 +52,7 @@ def load_backbone(name: str) -> tuple[nn.Module, object]:
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()  # the dropped pooler would print an "UNEXPECTED keys" report
+    hf_logging.disable_progress_bar()
     path = resolve_model(name)
     tokenizer = AutoTokenizer.from_pretrained(path)
     try:

@@ -65,3 +65,39 @@ def tiny_dataset_dir(tmp_path) -> Path:
     for name, rows in [("tools", tools), ("agents", agents), ("queries", queries), ("dependencies", deps)]:
         (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return tmp_path
+
+
+@pytest.fixture(scope="session")
+def synthetic_dataset_dir(tmp_path_factory) -> Path:
+    """24 tools with distinct keywords and 320 one- or two-tool queries (train 240 / val 40 /
+    test 40): small enough for a tiny BERT to learn in a few dozen steps."""
+    import json
+    import random
+
+    rng = random.Random(0)
+    words = ["weather", "flight", "hotel", "currency", "music", "news", "stock", "recipe", "movie", "translate",
+             "email", "calendar", "map", "taxi", "pizza", "joke", "sports", "crypto", "lyrics", "podcast",
+             "dictionary", "horoscope", "traffic", "parking"]
+    folder = tmp_path_factory.mktemp("synthetic")
+    tools = [{"id": str(i), "name": f"get_{w}", "description": f"returns {w} information for the user",
+              "agent": f"agent{i % 6}"} for i, w in enumerate(words)]
+    agents = [{"id": f"agent{i}", "name": f"Agent {i}", "description": "owner"} for i in range(6)]
+    queries = []
+    for i in range(320):
+        picked = rng.sample(range(len(words)), rng.choice([1, 1, 2]))
+        text = " and ".join(f"please tell me the {words[p]}" for p in picked)
+        split = "train" if i < 240 else ("val" if i < 280 else "test")
+        queries.append({"id": f"q{i}", "text": text, "tools": [str(p) for p in picked], "split": split})
+    for name, rows in [("tools", tools), ("agents", agents), ("queries", queries)]:
+        (folder / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return folder
+
+
+def tiny_train_overrides(data_dir: Path, model_dir: Path, out_dir: Path, steps: int = 16) -> list[str]:
+    """Overrides that make train.py a few-second run on the synthetic data with the tiny BERT."""
+    return [f"data.name={data_dir}", f"model.encoder={model_dir}", f"out_dir={out_dir}",
+            "model.temperature=0.1", "data.batch_size=16", "data.eval_batch_size=64",
+            "data.max_query_length=24", "data.max_tool_length=24", "optim.lr=1e-3", "optim.warmup_ratio=0.0",
+            f"trainer.max_steps={steps}", "trainer.max_epochs=100", "trainer.val_check_interval=7", "trainer.accelerator=cpu",
+            "trainer.devices=1", "trainer.enable_progress_bar=false", "trainer.log_every_n_steps=1",
+            "logger.wandb=false", "eval.ks=[1,3,5]", "checkpoint.monitor=val/recall@3"]

@@ -1,4 +1,4 @@
-"""The ``toolgraph`` command: data, evaluate, report (train arrives with the training core)."""
+"""The ``toolgraph`` command: data, evaluate, train, retrieve, report."""
 
 from __future__ import annotations
 
@@ -83,6 +83,38 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_train(args: argparse.Namespace) -> int:
+    from toolgraph.config import load_config, to_yaml
+    from toolgraph.evaluation import format_table
+    from toolgraph.training import TrainConfig, train
+
+    cfg = load_config(TrainConfig, args.config, args.overrides)
+    if args.out:
+        cfg.out_dir = args.out
+    if args.print_config:
+        print(to_yaml(cfg))
+    summary = train(cfg)
+    if "metrics" in summary:
+        print(format_table({f"{cfg.model.name} ({cfg.out_dir})": summary["metrics"]}, cfg.eval.ks))
+        print(f"wrote {cfg.out_dir}/results.json, retriever/, checkpoints/")
+    return 0
+
+
+def cmd_retrieve(args: argparse.Namespace) -> int:
+    import toolgraph
+
+    retriever = toolgraph.load(args.checkpoint)
+    ranking = retriever.retrieve(args.queries, args.k)
+    by_id = {t.id: t for t in retriever.tools}
+    for query, ids, scores in zip(args.queries, ranking.ids, ranking.scores.tolist(), strict=True):
+        print(f"# {query}")
+        for rank, (tid, score) in enumerate(zip(ids, scores, strict=True), 1):
+            t = by_id[tid]
+            owner = f" [{t.agent}]" if t.agent else ""
+            print(f"{rank:3d}. {score:8.4f}  {tid}  {t.name}{owner}: {t.description[:80]}")
+    return 0
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from toolgraph.evaluation import format_table
 
@@ -115,6 +147,16 @@ def build_parser() -> argparse.ArgumentParser:
     add_evaluate_args(e)
     e.set_defaults(fn=cmd_evaluate)
 
+    t = sub.add_parser("train", help="train a task (then test the best checkpoint and export a retriever)")
+    add_evaluate_args(t)
+    t.set_defaults(fn=cmd_train)
+
+    q = sub.add_parser("retrieve", help="top tools for queries, from a checkpoint or saved retriever")
+    q.add_argument("--checkpoint", required=True, help=".ckpt, exported retriever folder, or run folder")
+    q.add_argument("-k", type=int, default=5)
+    q.add_argument("queries", nargs="+")
+    q.set_defaults(fn=cmd_retrieve)
+
     r = sub.add_parser("report", help="print the metrics table of evaluation folders")
     r.add_argument("dirs", nargs="+")
     r.set_defaults(fn=cmd_report)
@@ -123,7 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def add_evaluate_args(e: argparse.ArgumentParser) -> None:
     e.add_argument("--config", action="append", default=[], help="YAML file (repeatable, later wins)")
-    e.add_argument("--out", default=None, help="results folder")
+    e.add_argument("--out", default=None, help="output folder (evaluate: out, train: out_dir)")
     e.add_argument("--print-config", action="store_true", help="print the resolved config")
     e.add_argument("overrides", nargs="*", help="key=value or --key=value")
 

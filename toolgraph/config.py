@@ -57,8 +57,18 @@ def _retriever_schema(name: str) -> Any:
     return RETRIEVERS.get(name).Config(name=name)
 
 
+def _task_schema(name: str) -> Any:
+    from toolgraph.registry import TASKS
+    from toolgraph.tasks import bi_encoder  # noqa: F401  (register tasks)
+
+    return TASKS.get(name).Config(name=name)
+
+
 # section -> (default name, name -> schema instance)
-POLYMORPHIC: dict[str, tuple[str, Callable[[str], Any]]] = {"retriever": ("bm25", _retriever_schema)}
+POLYMORPHIC: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "retriever": ("bm25", _retriever_schema),
+    "model": ("bi_encoder", _task_schema),
+}
 
 
 def parse_overrides(args: Sequence[str]) -> list[str]:
@@ -89,9 +99,11 @@ def _load_yaml(path: str | Path) -> DictConfig:
     return OmegaConf.create(data)
 
 
-def load_config(schema: type, files: Sequence[str | Path] = (), overrides: Sequence[str] = ()) -> Any:
-    """Merge ``files`` then ``overrides`` over ``schema``'s defaults; return the typed object."""
-    sources: list[tuple[str, DictConfig]] = [(str(f), _load_yaml(f)) for f in files]
+def load_config(schema: type, files: Sequence[str | Path | dict] = (), overrides: Sequence[str] = ()) -> Any:
+    """Merge ``files`` (YAML paths, or plain dicts) then ``overrides`` over ``schema``'s defaults;
+    return the typed object."""
+    sources: list[tuple[str, DictConfig]] = [
+        ("saved config", OmegaConf.create(f)) if isinstance(f, dict) else (str(f), _load_yaml(f)) for f in files]
     dotlist = parse_overrides(overrides)
     try:
         sources += [(f"override {item!r}", OmegaConf.from_dotlist([item])) for item in dotlist]

@@ -48,3 +48,4 @@ class Registry(Generic[T]):
 
 DATASETS: Registry[Callable[..., Any]] = Registry("dataset")
 RETRIEVERS: Registry[type] = Registry("retriever")
+TASKS: Registry[type] = Registry("task")

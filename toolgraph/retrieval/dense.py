@@ -48,6 +48,7 @@ class DenseRetriever(Retriever):
             raise ValueError(f"retriever.index must be exact, faiss or faiss-hnsw, got {self.config.index!r}")
         self._encoder, self._tokenizer = encoder, tokenizer
         self._cache: EmbeddingCache | None = None
+        self._base_dir: Path | None = None  # a saved folder: relative model paths resolve against it
         self.tool_vectors = torch.zeros(0, 0)
         self._faiss = None
 
@@ -60,7 +61,10 @@ class DenseRetriever(Retriever):
     @property
     def encoder(self) -> TextEncoder:
         if self._encoder is None:
-            backbone, self._tokenizer = load_backbone(self.config.model)
+            model = self.config.model
+            if self._base_dir is not None and (self._base_dir / model).is_dir():
+                model = str(self._base_dir / model)
+            backbone, self._tokenizer = load_backbone(model)
             self._encoder = TextEncoder(backbone, self.config.pooling, self.config.normalize)
         return self._encoder.to(self.device)
 
@@ -123,6 +127,7 @@ class DenseRetriever(Retriever):
         save_file({"tool_vectors": self.tool_vectors.contiguous()}, str(folder / "tool_vectors.safetensors"))
 
     def _load_state(self, folder: Path) -> None:
+        self._base_dir = folder
         path = folder / "tool_vectors.safetensors"
         if path.is_file():
             self.tool_vectors = load_file(str(path))["tool_vectors"]

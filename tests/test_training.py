@@ -1,0 +1,120 @@
+"""train.py end to end with a tiny random BERT: outputs, logging, checkpoints -> inference."""
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import toolgraph
+from conftest import tiny_train_overrides
+from toolgraph.config import load_config
+from toolgraph.errors import ConfigError
+from toolgraph.tasks.base import lr_lambda
+from toolgraph.training import TrainConfig, train
+
+
+@pytest.fixture(scope="module")
+def trained(synthetic_dataset_dir, tiny_bert_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("run")
+    cfg = load_config(TrainConfig, [], tiny_train_overrides(synthetic_dataset_dir, tiny_bert_dir, out, steps=30))
+    summary = train(cfg)
+    return out, summary, cfg
+
+
+def test_outputs_exist(trained):
+    out, summary, _ = trained
+    assert (out / "config.yaml").read_text().count("bi_encoder") >= 1
+    assert (out / "checkpoints" / "last.ckpt").exists() and summary["best_checkpoint"].endswith(".ckpt")
+    res = json.loads((out / "results.json").read_text())
+    assert set(res) >= {"metrics", "config", "dataset", "timings", "training"}
+    assert (out / "retriever" / "retriever.json").exists() and (out / "rankings.jsonl").exists()
+    assert (out / "retriever" / "encoder" / "model.safetensors").exists()
+
+
+def test_training_learns(trained):
+    out, summary, _ = trained
+    rows = list(csv.DictReader((out / "logs" / "metrics.csv").open()))
+    losses = [float(r["train/loss"]) for r in rows if r.get("train/loss")]
+    assert len(losses) >= 20 and sum(losses[-5:]) / 5 < sum(losses[:5]) / 5  # the loss goes down
+    assert summary["metrics"]["recall@5"] > 0.5  # chance is ~0.2 on 24 tools
+
+
+def test_logged_metrics_read_back(trained):
+    out, _, cfg = trained
+    rows = list(csv.DictReader((out / "logs" / "metrics.csv").open()))
+    keys = set().union(*(r.keys() for r in rows))
+    assert {"train/loss", "val/recall@3", "val/ndcg@5", "test/recall@5", "lr-AdamW/pg1"} <= keys
+    hparams = (out / "logs" / "hparams.yaml").read_text()
+    assert "bi_encoder" in hparams and "temperature" in hparams
+
+
+def test_lightning_test_metrics_equal_exported_evaluation(trained):
+    _, summary, _ = trained
+    for k in ("recall@1", "recall@5", "ndcg@5", "pass@5"):
+        assert summary["test"][f"test/{k}"] == pytest.approx(summary["metrics"][k], abs=1e-5)
+
+
+def test_checkpoint_and_exported_folder_load_as_the_same_retriever(trained):
+    out, summary, _ = trained
+    queries = ["please tell me the weather", "please tell me the taxi and please tell me the map"]
+    from_ckpt = toolgraph.load(summary["best_checkpoint"]).retrieve(queries, 5)
+    from_dir = toolgraph.load(out / "retriever").retrieve(queries, 5)
+    from_run = toolgraph.load(out).retrieve(queries, 5)
+    assert from_ckpt.ids == from_dir.ids == from_run.ids
+    assert torch.allclose(from_ckpt.scores, from_dir.scores, atol=1e-5)
+
+
+def test_sentence_transformers_loads_export_with_same_vectors(trained):
+    from sentence_transformers import SentenceTransformer
+
+    out, _, _ = trained
+    r = toolgraph.load(out / "retriever")
+    st = SentenceTransformer(str(out / "retriever" / "encoder"), device="cpu")
+    texts = ["please tell me the weather", "returns hotel information for the user"]
+    ours = r.encode_queries(texts)
+    theirs = torch.from_numpy(st.encode(texts, normalize_embeddings=False))
+    assert torch.allclose(ours, theirs, atol=1e-5)
+
+
+def test_retrieve_command_prints_top_tools(trained, capsys):
+    from toolgraph.cli import main
+
+    out, _, _ = trained
+    assert main(["retrieve", "--checkpoint", str(out), "-k", "3", "please tell me the weather"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("# please tell me the weather") and "  1. " in printed
+
+
+def test_checkpoint_is_loaded_weights_only(trained, tmp_path):
+    """A checkpoint holding an arbitrary pickled object is refused, not unpickled."""
+    from toolgraph.errors import DataError
+
+    out, summary, _ = trained
+    ckpt = torch.load(summary["best_checkpoint"], map_location="cpu", weights_only=True)
+    ckpt["evil"] = Path("x")  # any non-allowlisted class
+    bad = tmp_path / "bad.ckpt"
+    torch.save(ckpt, bad)
+    with pytest.raises(DataError, match="weights-only"):
+        toolgraph.load(bad)
+
+
+def test_lr_schedule_shapes():
+    assert lr_lambda(0, 100, 10, "linear") == pytest.approx(0.1)
+    assert lr_lambda(9, 100, 10, "linear") == pytest.approx(1.0)
+    assert lr_lambda(55, 100, 10, "linear") == pytest.approx(0.5)
+    assert lr_lambda(55, 100, 10, "cosine") == pytest.approx(0.5)
+    assert lr_lambda(99, 100, 10, "constant") == 1.0
+    with pytest.raises(ValueError):
+        lr_lambda(50, 100, 10, "step")
+
+
+def test_bad_training_config_is_clear(synthetic_dataset_dir, tiny_bert_dir, tmp_path):
+    base = tiny_train_overrides(synthetic_dataset_dir, tiny_bert_dir, tmp_path)
+    with pytest.raises(ConfigError, match="model.temprature"):
+        load_config(TrainConfig, [], base + ["model.temprature=0.1"])
+    with pytest.raises(ConfigError, match="checkpoint.monitor"):
+        train(load_config(TrainConfig, [], base + ["checkpoint.monitor=val/recall@50"]))
+    with pytest.raises(ConfigError, match="unknown task 'nope'"):
+        load_config(TrainConfig, [], base + ["model.name=nope"])

@@ -1,0 +1,204 @@
+"""Text data for encoder tasks: a contrastive batch sampler, collators and the LightningDataModule.
+
+Training batches pair each query with one of its gold tools (re-drawn every epoch). The batch
+sampler packs pairs so that no tool appears twice in a batch (a duplicate would be its own
+false negative) and shards whole batches across DDP ranks. Queries and tools are tokenized per
+batch with dynamic padding (pad to the longest text in the batch, not to max_length).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader, Sampler
+
+from toolgraph.config import DataConfig
+from toolgraph.data.schema import Tool, ToolDataset
+from toolgraph.retrieval.base import natural_key
+
+
+@dataclass
+class TextDataConfig(DataConfig):
+    batch_size: int = 32  # queries per batch per device
+    eval_batch_size: int = 128
+    max_query_length: int = 64
+    max_tool_length: int = 128
+    num_workers: int = 0
+    val_split: str = "val"  # the split validated on during fit
+    test_split: str = "test"
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+class ContrastiveBatchSampler(Sampler[list[tuple[int, int]]]):
+    """Yields batches of (query index, positive tool index); no tool twice within a batch.
+
+    Deterministic in (seed, epoch). Under DDP each rank takes every W-th batch of the same global
+    plan, and all ranks get the same number of full batches (equal sizes are required by the
+    cross-rank gather). ``skip`` batches are dropped from the start (mid-epoch resume)."""
+
+    def __init__(self, gold: Sequence[Sequence[int]], batch_size: int, seed: int = 0, rank: int = 0, world: int = 1):
+        self.gold = [list(g) for g in gold]
+        if any(not g for g in self.gold):
+            raise ValueError("every training query needs at least one gold tool")
+        self.batch_size, self.seed, self.rank, self.world = batch_size, seed, rank, world
+        self.epoch = 0
+        self.skip = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def plan(self) -> list[list[tuple[int, int]]]:
+        rng = random.Random(self.seed * 1_000_003 + self.epoch)
+        pairs = [(q, rng.choice(g)) for q, g in enumerate(self.gold)]
+        rng.shuffle(pairs)
+        batches: list[list[tuple[int, int]]] = []
+        open_batches: list[tuple[list[tuple[int, int]], set[int]]] = []
+        for pair in pairs:  # first open batch that lacks this tool (first-fit packing)
+            for batch, tools in open_batches:
+                if pair[1] not in tools:
+                    batch.append(pair)
+                    tools.add(pair[1])
+                    if len(batch) == self.batch_size:
+                        batches.append(batch)
+                        open_batches.remove((batch, tools))
+                    break
+            else:
+                open_batches.append(([pair], {pair[1]}))
+                if self.batch_size == 1:
+                    batches.append(open_batches.pop()[0])
+            if len(open_batches) > 64:  # bound the search; leftovers are re-drawn next epoch
+                open_batches.pop(0)
+        usable = len(batches) // self.world * self.world
+        return batches[:usable][self.rank::self.world]
+
+    def __iter__(self) -> Iterator[list[tuple[int, int]]]:
+        batches = self.plan()[self.skip:]
+        self.skip = 0
+        yield from batches
+
+    def __len__(self) -> int:
+        return max(0, len(self.plan()) - self.skip)
+
+
+class _Identity(torch.utils.data.Dataset):
+    def __init__(self, n: int):
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: Any) -> Any:
+        return i
+
+
+def pad_gold(golds: Sequence[Sequence[int]]) -> torch.Tensor:
+    """Gold tool indices padded with -1 -> [B, G]."""
+    width = max((len(g) for g in golds), default=1) or 1
+    out = torch.full((len(golds), width), -1, dtype=torch.long)
+    for i, g in enumerate(golds):
+        out[i, : len(g)] = torch.tensor(list(g), dtype=torch.long)
+    return out
+
+
+class ContrastiveCollator:
+    """(query, positive tool) pairs -> tokenized queries and documents (+ hard negatives)."""
+
+    def __init__(self, tokenizer, query_texts: list[str], tool_texts: list[str], gold: list[list[int]],
+                 max_query_length: int, max_tool_length: int, hard_negatives: list[list[int]] | None = None,
+                 seed: int = 0):
+        self.tok, self.query_texts, self.tool_texts, self.gold = tokenizer, query_texts, tool_texts, gold
+        self.max_q, self.max_d = max_query_length, max_tool_length
+        self.hard = hard_negatives
+        self.rng = random.Random(seed)
+
+    def __call__(self, batch: list[list[tuple[int, int]]] | list[tuple[int, int]]) -> dict[str, Any]:
+        pairs = batch[0] if batch and isinstance(batch[0], list) else batch
+        queries = [q for q, _ in pairs]
+        docs = [t for _, t in pairs]
+        if self.hard is not None:
+            docs += [self.rng.choice(self.hard[q]) for q in queries]
+        q = self.tok([self.query_texts[i] for i in queries], padding=True, truncation=True, max_length=self.max_q,
+                     return_tensors="pt")
+        d = self.tok([self.tool_texts[i] for i in docs], padding=True, truncation=True, max_length=self.max_d,
+                     return_tensors="pt")
+        return {
+            "query": {k: v for k, v in q.items() if k in ("input_ids", "attention_mask")},
+            "doc": {k: v for k, v in d.items() if k in ("input_ids", "attention_mask")},
+            "doc_tools": torch.tensor(docs, dtype=torch.long),  # [M] tool index of each doc column
+            "positive": torch.arange(len(pairs), dtype=torch.long),  # [B] column of each positive
+            "gold": pad_gold([self.gold[i] for i in queries]),  # [B, G]
+        }
+
+
+class QueryCollator:
+    """Evaluation batches: tokenized queries and their padded gold tool indices."""
+
+    def __init__(self, tokenizer, max_query_length: int):
+        self.tok, self.max_q = tokenizer, max_query_length
+
+    def __call__(self, items: list[tuple[str, list[int]]]) -> dict[str, Any]:
+        q = self.tok([t for t, _ in items], padding=True, truncation=True, max_length=self.max_q, return_tensors="pt")
+        return {"query": {k: v for k, v in q.items() if k in ("input_ids", "attention_mask")},
+                "gold": pad_gold([g for _, g in items]), "texts": [t for t, _ in items]}
+
+
+class ToolTextDataModule(L.LightningDataModule):
+    """Serves a ToolDataset to encoder tasks. ``tools`` (sorted by id) fixes the tool indices."""
+
+    def __init__(self, dataset: ToolDataset, cfg: TextDataConfig, tokenizer, tool_texts: list[str] | None = None,
+                 tool_text_style: str = "default", hard_negatives: list[list[int]] | None = None, seed: int = 0):
+        super().__init__()
+        self.ds, self.cfg, self.tok, self.seed = dataset, cfg, tokenizer, seed
+        self.tools: list[Tool] = sorted(dataset.tools, key=lambda t: natural_key(t.id))
+        self.tool_index = {t.id: i for i, t in enumerate(self.tools)}
+        self.tool_texts = tool_texts or [t.document(tool_text_style) for t in self.tools]
+        self.train_queries = dataset.split("train")
+        self.train_gold = [[self.tool_index[t] for t in q.tools] for q in self.train_queries]
+        self.hard_negatives = hard_negatives
+        self._train_sampler: ContrastiveBatchSampler | None = None
+        self._skip = 0
+
+    def _rank_world(self) -> tuple[int, int]:
+        trainer = getattr(self, "trainer", None)
+        return (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+
+    def train_dataloader(self) -> DataLoader:
+        rank, world = self._rank_world()
+        sampler = ContrastiveBatchSampler(self.train_gold, self.cfg.batch_size, self.seed, rank, world)
+        if self.trainer is not None:
+            sampler.set_epoch(self.trainer.current_epoch)
+        sampler.skip, self._skip = self._skip, 0
+        self._train_sampler = sampler
+        collate = ContrastiveCollator(self.tok, [q.text for q in self.train_queries], self.tool_texts, self.train_gold,
+                                      self.cfg.max_query_length, self.cfg.max_tool_length, self.hard_negatives,
+                                      seed=self.seed + 7919 * (sampler.epoch + 1) + rank)
+        return DataLoader(_Identity(len(self.train_queries)), batch_sampler=sampler, collate_fn=collate,
+                          num_workers=self.cfg.num_workers)
+
+    def _eval_loader(self, split: str) -> DataLoader:
+        rank, world = self._rank_world()
+        queries = self.ds.split(split)[rank::world]  # shard by rank; metric states are summed
+        items = sorted(((q.text, [self.tool_index[t] for t in q.tools]) for q in queries), key=lambda x: len(x[0]))
+        return DataLoader(items, batch_size=self.cfg.eval_batch_size, shuffle=False,
+                          collate_fn=QueryCollator(self.tok, self.cfg.max_query_length),
+                          num_workers=self.cfg.num_workers)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._eval_loader(self.cfg.val_split)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._eval_loader(self.cfg.test_split)
+
+    # mid-epoch resume: remember how many batches of the current epoch were consumed
+    def state_dict(self) -> dict[str, Any]:
+        trainer = getattr(self, "trainer", None)
+        done = trainer.fit_loop.epoch_loop.batch_progress.current.completed if trainer is not None else 0
+        return {"batches_done": int(done)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._skip = int(state.get("batches_done", 0))

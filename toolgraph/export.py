@@ -1,0 +1,31 @@
+"""Export a trained text encoder as a sentence-transformers folder (safetensors weights).
+
+``SentenceTransformer(folder)`` loads it and produces the same vectors as toolgraph's
+``TextEncoder`` (same pooling, same normalisation, same max length)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from toolgraph.nn.encoder import TextEncoder
+
+
+def export_sentence_transformer(encoder: TextEncoder, tokenizer, folder: str | Path, max_length: int) -> Path:
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    encoder.backbone.save_pretrained(folder, safe_serialization=True)
+    tokenizer.save_pretrained(folder)
+    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+               {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
+    if encoder.normalize:
+        modules.append({"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"})
+        (folder / "2_Normalize").mkdir(exist_ok=True)
+    (folder / "modules.json").write_text(json.dumps(modules, indent=2))
+    (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": max_length, "do_lower_case": False}))
+    (folder / "1_Pooling").mkdir(exist_ok=True)
+    pooling = {"word_embedding_dimension": encoder.dim, "pooling_mode_cls_token": encoder.pooling == "cls",
+               "pooling_mode_mean_tokens": encoder.pooling == "mean", "pooling_mode_max_tokens": False,
+               "pooling_mode_mean_sqrt_len_tokens": False}
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps(pooling, indent=2))
+    return folder

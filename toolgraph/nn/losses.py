@@ -1,0 +1,56 @@
+"""Contrastive losses as functions of tensors (tested without a model).
+
+In-batch negatives have two classic traps, both handled here:
+* a tool that is gold for query i but sampled as the positive of query j would be a false
+  negative for i: ``info_nce`` masks every document whose tool is in i's gold set, except i's
+  own positive;
+* under DDP the negatives silently shrink to the local batch unless documents are gathered from
+  every rank *with* gradients: ``gather_with_grad``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+
+def gather_with_grad(x: torch.Tensor) -> torch.Tensor:
+    """Concatenate ``x`` [B, ...] from all ranks -> [W*B, ...], gradients flowing back to owners.
+
+    Identity when not distributed. Ranks must hold the same B (pad otherwise)."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return x
+    import torch.distributed.nn.functional as dist_fn
+
+    return torch.cat(dist_fn.all_gather(x), dim=0)
+
+
+def gather_no_grad(x: torch.Tensor) -> torch.Tensor:
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return x
+    out = [torch.empty_like(x) for _ in range(dist.get_world_size())]
+    dist.all_gather(out, x.contiguous())
+    return torch.cat(out, dim=0)
+
+
+def false_negative_mask(gold: torch.Tensor, doc_tools: torch.Tensor, positive: torch.Tensor) -> torch.Tensor:
+    """[B, M] True where document j is a gold tool of query i but not i's positive column.
+
+    gold [B, G] tool indices padded with -1; doc_tools [M] tool index of each document column;
+    positive [B] the column index of each query's positive."""
+    is_gold = (gold.unsqueeze(2) == doc_tools.view(1, 1, -1)).any(1)  # [B, M]
+    is_gold &= doc_tools.view(1, -1) >= 0
+    is_gold[torch.arange(gold.shape[0], device=gold.device), positive] = False
+    return is_gold
+
+
+def info_nce(q: torch.Tensor, d: torch.Tensor, positive: torch.Tensor, temperature: float,
+             mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Cross-entropy of each query against all documents; ``positive`` [B] indexes into d [M, H].
+
+    q [B, H], d [M, H]; ``mask`` [B, M] True = excluded (false negatives). Mean over queries."""
+    logits = q @ d.T / temperature  # [B, M]
+    if mask is not None:
+        logits = logits.masked_fill(mask, torch.finfo(logits.dtype).min)
+    return F.cross_entropy(logits, positive)

@@ -1,0 +1,166 @@
+"""The shared base of every LightningModule: metrics per stage, optimizer, schedule, checkpoints.
+
+A task overrides a few hooks:
+    compute_loss(batch) -> scalar        training objective
+    prepare_scoring()                    before val/test: e.g. encode every tool once
+    score(batch) -> [B, N]               scores of each query in the batch over all N tools
+    param_groups() (optional)            parameter groups for AdamW
+    make_datamodule(dataset, cfg)        how the task wants its data served
+    export_retriever(folder, tools)      the inference-side Retriever this task becomes
+
+Validation is full-corpus retrieval over the val split, scored with the Foundation metrics and
+logged as ``val/recall@5`` etc.; the checkpoint carries the resolved config (it describes itself).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from abc import abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import numpy as np
+import torch
+
+from toolgraph.metrics import RetrievalMetrics
+from toolgraph.retrieval.topk import topk
+
+
+@dataclass
+class TaskConfig:
+    name: str = ""
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 2e-5
+    weight_decay: float = 0.01
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    eps: float = 1e-8
+    warmup_steps: int | None = None  # overrides warmup_ratio when set
+    warmup_ratio: float = 0.1
+    schedule: str = "linear"  # linear | cosine | constant (after warmup)
+
+
+def lr_lambda(step: int, total: int, warmup: int, schedule: str) -> float:
+    """Multiplier of the base learning rate at optimizer step ``step``."""
+    if warmup > 0 and step < warmup:
+        return (step + 1) / warmup
+    if schedule == "constant" or total <= warmup:
+        return 1.0
+    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    if schedule == "linear":
+        return max(0.0, 1.0 - progress)
+    if schedule == "cosine":
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+    raise ValueError(f"optim.schedule must be linear, cosine or constant, got {schedule!r}")
+
+
+class RetrievalTask(L.LightningModule):
+    Config: type = TaskConfig
+
+    def __init__(self, config: dict[str, Any], artifacts: dict[str, Any] | None = None):
+        """``config``: the whole resolved TrainConfig as a plain dict (saved in checkpoints).
+        ``artifacts``: what a checkpoint stores to rebuild the model without downloads."""
+        super().__init__()
+        from toolgraph.training import TrainConfig, config_from_dict
+
+        self.save_hyperparameters({"config": config})
+        self.cfg: TrainConfig = config_from_dict(config)
+        self.model_cfg = self.cfg.model
+        ks, names = self.cfg.eval.ks, self.cfg.eval.metrics
+        self.val_metrics = RetrievalMetrics(ks, names, prefix="val/")
+        self.test_metrics = RetrievalMetrics(ks, names, prefix="test/")
+        self.build(artifacts)
+        self.train()  # from_pretrained returns eval-mode modules; Lightning keeps submodule modes as found
+
+    # ---- hooks for subclasses ---------------------------------------------------------------
+    @abstractmethod
+    def build(self, artifacts: dict[str, Any] | None) -> None:
+        """Create the modules (from pretrained weights, or from checkpoint ``artifacts``)."""
+
+    @abstractmethod
+    def compute_loss(self, batch: dict[str, Any]) -> torch.Tensor: ...
+
+    @abstractmethod
+    def score(self, batch: dict[str, Any]) -> torch.Tensor: ...
+
+    def prepare_scoring(self) -> None:
+        pass
+
+    def param_groups(self) -> list[dict[str, Any]]:
+        """AdamW groups: no weight decay on biases and norm weights (1-d parameters)."""
+        decay, no_decay = [], []
+        for _, p in self.named_parameters():
+            if p.requires_grad:
+                (no_decay if p.ndim < 2 else decay).append(p)
+        return [{"params": decay, "weight_decay": self.cfg.optim.weight_decay},
+                {"params": no_decay, "weight_decay": 0.0}]
+
+    def checkpoint_artifacts(self) -> dict[str, Any]:
+        return {}
+
+    # ---- Lightning ----------------------------------------------------------------------------
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
+        loss = self.compute_loss(batch)
+        self.log("train/loss", loss, prog_bar=True, batch_size=batch["positive"].shape[0] if "positive" in batch else None)
+        return loss
+
+    def on_validation_epoch_start(self) -> None:
+        self.prepare_scoring()
+
+    def on_test_epoch_start(self) -> None:
+        self.prepare_scoring()
+
+    def _eval_step(self, batch: dict[str, Any], metric: RetrievalMetrics) -> None:
+        scores = self.score(batch)  # [B, N]
+        depth = min(max(self.cfg.eval.ks), scores.shape[1])
+        _, idx = topk(scores.float(), depth)  # [B, depth]
+        gold = batch["gold"]  # [B, G], -1 padded
+        hits = (idx.unsqueeze(2) == gold.unsqueeze(1)).any(2)  # [B, depth]
+        metric.update(hits, (gold >= 0).sum(1))
+
+    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        self._eval_step(batch, self.val_metrics)
+
+    def test_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        self._eval_step(batch, self.test_metrics)
+
+    def on_validation_epoch_end(self) -> None:
+        self.log_dict(self.val_metrics.compute(), prog_bar=False)
+        self.val_metrics.reset()
+
+    def on_test_epoch_end(self) -> None:
+        self.log_dict(self.test_metrics.compute())
+        self.test_metrics.reset()
+
+    def configure_optimizers(self) -> Any:
+        o = self.cfg.optim
+        opt = torch.optim.AdamW(self.param_groups(), lr=o.lr, betas=tuple(o.betas), eps=o.eps)
+        total = int(self.trainer.estimated_stepping_batches) if self.trainer is not None else 1
+        warmup = o.warmup_steps if o.warmup_steps is not None else int(o.warmup_ratio * total)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_lambda(s, total, warmup, o.schedule))
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    # ---- checkpoints describe themselves; RNG state makes mid-epoch resume exact ------------
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        py = random.getstate()
+        npy = np.random.get_state()
+        rng = {"torch": torch.get_rng_state(), "python": [py[0], list(py[1]), py[2]],
+               "numpy": [npy[1].tolist(), int(npy[2]), int(npy[3]), float(npy[4])]}
+        checkpoint["toolgraph"] = {"task": self.model_cfg.name, "artifacts": self.checkpoint_artifacts(), "rng": rng}
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        rng = checkpoint.get("toolgraph", {}).get("rng")
+        if rng:
+            torch.set_rng_state(rng["torch"])
+            version, state, gauss = rng["python"]
+            random.setstate((version, tuple(state), gauss))
+            keys, pos, has_gauss, cached = rng["numpy"]
+            np.random.set_state(("MT19937", np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
+
+    @abstractmethod
+    def export_retriever(self, folder: str | Path, tools: list) -> Any: ...

@@ -1,0 +1,186 @@
+"""Config -> datamodule, task, trainer -> fit -> test with the best checkpoint -> export.
+
+    python train.py --config configs/bi_encoder_toollens.yaml [--config configs/cluster/2nodes.yaml] optim.lr=1e-5
+
+Everything lands in ``out_dir``: checkpoints/, config.yaml (resolved), logs/ (CSV, W&B),
+retriever/ (exported, loads with ``toolgraph.load``), results.json (test metrics, the same shape
+as evaluate.py writes), rankings.jsonl and curves.png.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import Callback, LearningRateMonitor, ModelCheckpoint
+
+from toolgraph.config import EvalConfig, load_config, to_dict, to_yaml
+from toolgraph.data.text import TextDataConfig
+from toolgraph.errors import ConfigError
+from toolgraph.tasks.base import OptimConfig
+
+
+@dataclass
+class TrainerConfig:
+    accelerator: str = "auto"  # auto | cpu | gpu
+    devices: Any = "auto"  # int, list or "auto"
+    num_nodes: int = 1
+    strategy: str = "auto"  # auto | ddp | ddp_spawn | fsdp | deepspeed...
+    precision: str = "32-true"  # 32-true | bf16-mixed | 16-mixed
+    max_epochs: int = 1
+    max_steps: int = -1
+    accumulate_grad_batches: int = 1
+    gradient_clip_val: float | None = 1.0
+    val_check_interval: Any = 1.0  # float (share of an epoch) or int (batches)
+    check_val_every_n_epoch: int | None = 1
+    limit_train_batches: Any = None
+    limit_val_batches: Any = None
+    log_every_n_steps: int = 10
+    deterministic: bool = False
+    enable_progress_bar: bool = True
+    num_sanity_val_steps: int = 0
+
+
+@dataclass
+class LoggerConfig:
+    wandb: bool = True  # mode from the environment (WANDB_MODE=offline|disabled); never logs in
+    csv: bool = True
+    project: str = "toolgraph"
+    run_name: str | None = None
+    tags: list[str] = field(default_factory=list)
+
+
+@dataclass
+class CheckpointConfig:
+    monitor: str = "val/recall@5"
+    mode: str = "max"
+    save_top_k: int = 1
+    every_n_train_steps: int | None = None  # also save last.ckpt every N steps (mid-epoch resume)
+
+
+@dataclass
+class TrainConfig:
+    model: Any = None  # schema chosen by model.name (the task registry)
+    data: TextDataConfig = field(default_factory=TextDataConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    seed: int = 0
+    out_dir: str = "runs/default"
+    resume: str | None = None  # "auto" (out_dir/checkpoints/last.ckpt if present) or a path
+    test: bool = True
+    export: bool = True
+
+
+def config_from_dict(values: dict[str, Any]) -> TrainConfig:
+    """Typed TrainConfig from a plain dict (checkpoint hyperparameters), validated by the schema."""
+    return load_config(TrainConfig, [values])
+
+
+class ThreadsPerRank(Callback):
+    """Split the CPU cores between the ranks of this node so 2 ranks do not oversubscribe."""
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if trainer.num_devices > 1 and not torch.cuda.is_available():
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) // trainer.num_devices))
+
+
+def build_loggers(cfg: TrainConfig, out: Path) -> list:
+    from lightning.pytorch.loggers import CSVLogger, WandbLogger
+
+    loggers: list = []
+    if cfg.logger.csv:
+        loggers.append(CSVLogger(str(out), name="logs", version=""))
+    if cfg.logger.wandb and os.environ.get("WANDB_MODE", "offline") != "disabled":
+        os.environ.setdefault("WANDB_MODE", "offline")  # never reach for the network unless asked
+        loggers.append(WandbLogger(project=cfg.logger.project, name=cfg.logger.run_name, save_dir=str(out),
+                                   tags=cfg.logger.tags or None, config=to_dict(cfg)))
+    return loggers
+
+
+def build_trainer(cfg: TrainConfig, out: Path) -> L.Trainer:
+    t = cfg.trainer
+    monitor_ok = cfg.checkpoint.monitor.split("/", 1)[-1] in [f"{m}@{k}" for m in cfg.eval.metrics for k in cfg.eval.ks]
+    if not monitor_ok and cfg.checkpoint.monitor != "mrr":
+        raise ConfigError(f"checkpoint.monitor: {cfg.checkpoint.monitor!r} is not logged "
+                          f"(eval.metrics x eval.ks gives e.g. val/{cfg.eval.metrics[0]}@{cfg.eval.ks[0]})")
+    ckpt = ModelCheckpoint(dirpath=str(out / "checkpoints"), monitor=cfg.checkpoint.monitor, mode=cfg.checkpoint.mode,
+                           save_top_k=cfg.checkpoint.save_top_k, save_last=True,
+                           filename="best-{epoch}-{step}", auto_insert_metric_name=False)
+    callbacks: list[Callback] = [ckpt, ThreadsPerRank()]
+    if cfg.checkpoint.every_n_train_steps:
+        callbacks.append(ModelCheckpoint(dirpath=str(out / "checkpoints"), every_n_train_steps=cfg.checkpoint.every_n_train_steps,
+                                         save_top_k=0, save_last=True))
+    loggers = build_loggers(cfg, out)
+    if loggers:
+        callbacks.append(LearningRateMonitor(logging_interval="step"))
+    return L.Trainer(
+        accelerator=t.accelerator, devices=t.devices, num_nodes=t.num_nodes, strategy=t.strategy,
+        precision=t.precision, max_epochs=t.max_epochs, max_steps=t.max_steps,
+        accumulate_grad_batches=t.accumulate_grad_batches, gradient_clip_val=t.gradient_clip_val,
+        val_check_interval=t.val_check_interval, check_val_every_n_epoch=t.check_val_every_n_epoch,
+        limit_train_batches=t.limit_train_batches, limit_val_batches=t.limit_val_batches,
+        log_every_n_steps=t.log_every_n_steps, deterministic=t.deterministic,
+        enable_progress_bar=t.enable_progress_bar, num_sanity_val_steps=t.num_sanity_val_steps,
+        logger=loggers or False, callbacks=callbacks, default_root_dir=str(out),
+        use_distributed_sampler=False,  # our batch sampler shards by rank itself
+    )
+
+
+def resolve_resume(cfg: TrainConfig, out: Path) -> str | None:
+    if cfg.resume is None:
+        return None
+    if cfg.resume == "auto":
+        last = out / "checkpoints" / "last.ckpt"
+        return str(last) if last.exists() else None
+    if not Path(cfg.resume).is_file():
+        raise ConfigError(f"resume: checkpoint {cfg.resume!r} not found")
+    return cfg.resume
+
+
+def train(cfg: TrainConfig) -> dict[str, Any]:
+    from toolgraph.evaluation import evaluate, prepare_dataset, write_report
+    from toolgraph.registry import TASKS
+    from toolgraph.tasks import bi_encoder  # noqa: F401  (register tasks)
+
+    start = time.perf_counter()
+    out = Path(cfg.out_dir)
+    L.seed_everything(cfg.seed, workers=True)
+    ds = prepare_dataset(cfg.data)
+    task = TASKS.get(cfg.model.name)(to_dict(cfg))
+    dm = task.make_datamodule(ds, cfg.data, cfg.seed)
+    if not dm.train_queries:
+        raise ConfigError(f"data.name: {ds.name!r} has no train queries")
+    if not ds.split(cfg.data.val_split):
+        raise ConfigError(f"data.val_split: {ds.name!r} has no {cfg.data.val_split!r} queries")
+    trainer = build_trainer(cfg, out)
+    if trainer.is_global_zero:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "config.yaml").write_text(to_yaml(cfg))
+    trainer.fit(task, datamodule=dm, ckpt_path=resolve_resume(cfg, out))
+    summary: dict[str, Any] = {"fit_seconds": time.perf_counter() - start, "global_step": trainer.global_step}
+    best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
+    if cfg.test:
+        tested = trainer.test(task, datamodule=dm, ckpt_path=best or None, verbose=trainer.is_global_zero)
+        summary["test"] = tested[0] if tested else {}
+    summary["best_checkpoint"] = best
+    if cfg.export and trainer.is_global_zero:
+        if best:  # export the best weights, not the last
+            state = torch.load(best, map_location="cpu", weights_only=True)["state_dict"]
+            task.load_state_dict(state)
+        retriever = task.cpu().export_retriever(out / "retriever", dm.tools)
+        report = evaluate(retriever, dm.ds, cfg.data.test_split, cfg.eval)
+        write_report(report, out, cfg, dm.ds)
+        results = json.loads((out / "results.json").read_text())
+        results["training"] = {**summary, "seconds": time.perf_counter() - start}
+        (out / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
+        summary["metrics"] = report.metrics
+    return summary

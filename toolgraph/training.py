@@ -112,12 +112,13 @@ def build_trainer(cfg: TrainConfig, out: Path) -> L.Trainer:
     if not monitor_ok and cfg.checkpoint.monitor != "mrr":
         raise ConfigError(f"checkpoint.monitor: {cfg.checkpoint.monitor!r} is not logged "
                           f"(eval.metrics x eval.ks gives e.g. val/{cfg.eval.metrics[0]}@{cfg.eval.ks[0]})")
+    every = cfg.checkpoint.every_n_train_steps
     ckpt = ModelCheckpoint(dirpath=str(out / "checkpoints"), monitor=cfg.checkpoint.monitor, mode=cfg.checkpoint.mode,
-                           save_top_k=cfg.checkpoint.save_top_k, save_last=True,
+                           save_top_k=cfg.checkpoint.save_top_k, save_last=not every,
                            filename="best-{epoch}-{step}", auto_insert_metric_name=False)
     callbacks: list[Callback] = [ckpt, ThreadsPerRank()]
-    if cfg.checkpoint.every_n_train_steps:
-        callbacks.append(ModelCheckpoint(dirpath=str(out / "checkpoints"), every_n_train_steps=cfg.checkpoint.every_n_train_steps,
+    if every:  # last.ckpt every N steps, so a crash loses at most N steps
+        callbacks.append(ModelCheckpoint(dirpath=str(out / "checkpoints"), every_n_train_steps=every,
                                          save_top_k=0, save_last=True))
     loggers = build_loggers(cfg, out)
     if loggers:

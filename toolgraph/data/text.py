@@ -34,15 +34,19 @@ class TextDataConfig(DataConfig):
     options: dict[str, Any] = field(default_factory=dict)
 
 
-class ContrastiveBatchSampler(Sampler[list[tuple[int, int]]]):
-    """Yields batches of (query index, positive tool index); no tool twice within a batch.
+class ContrastiveBatchSampler(Sampler[list[tuple[int, int, int]]]):
+    """Yields batches of (query index, positive tool index, hard negative tool index or -1); no
+    positive tool twice within a batch.
 
-    Deterministic in (seed, epoch). Under DDP each rank takes every W-th batch of the same global
+    Deterministic in (seed, epoch): every random draw happens here, none in the collator, so a
+    resumed epoch sees exactly the batches an uninterrupted one would. Under DDP each rank takes every W-th batch of the same global
     plan, and all ranks get the same number of full batches (equal sizes are required by the
     cross-rank gather). ``skip`` batches are dropped from the start (mid-epoch resume)."""
 
-    def __init__(self, gold: Sequence[Sequence[int]], batch_size: int, seed: int = 0, rank: int = 0, world: int = 1):
+    def __init__(self, gold: Sequence[Sequence[int]], batch_size: int, seed: int = 0, rank: int = 0, world: int = 1,
+                 hard_negatives: Sequence[Sequence[int]] | None = None):
         self.gold = [list(g) for g in gold]
+        self.hard = hard_negatives
         if any(not g for g in self.gold):
             raise ValueError("every training query needs at least one gold tool")
         self.batch_size, self.seed, self.rank, self.world = batch_size, seed, rank, world
@@ -52,12 +56,12 @@ class ContrastiveBatchSampler(Sampler[list[tuple[int, int]]]):
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
-    def plan(self) -> list[list[tuple[int, int]]]:
+    def plan(self) -> list[list[tuple[int, int, int]]]:
         rng = random.Random(self.seed * 1_000_003 + self.epoch)
-        pairs = [(q, rng.choice(g)) for q, g in enumerate(self.gold)]
+        pairs = [(q, rng.choice(g), rng.choice(self.hard[q]) if self.hard else -1) for q, g in enumerate(self.gold)]
         rng.shuffle(pairs)
-        batches: list[list[tuple[int, int]]] = []
-        open_batches: list[tuple[list[tuple[int, int]], set[int]]] = []
+        batches: list[list[tuple[int, int, int]]] = []
+        open_batches: list[tuple[list[tuple[int, int, int]], set[int]]] = []
         for pair in pairs:  # first open batch that lacks this tool (first-fit packing)
             for batch, tools in open_batches:
                 if pair[1] not in tools:
@@ -76,13 +80,15 @@ class ContrastiveBatchSampler(Sampler[list[tuple[int, int]]]):
         usable = len(batches) // self.world * self.world
         return batches[:usable][self.rank::self.world]
 
-    def __iter__(self) -> Iterator[list[tuple[int, int]]]:
+    def __iter__(self) -> Iterator[list[tuple[int, int, int]]]:
         batches = self.plan()[self.skip:]
         self.skip = 0
         yield from batches
 
     def __len__(self) -> int:
-        return max(0, len(self.plan()) - self.skip)
+        # the full epoch: after a mid-epoch resume Lightning continues counting from the restored
+        # batch index, and the iterator above yields only the batches not yet seen
+        return len(self.plan())
 
 
 class _Identity(torch.utils.data.Dataset):
@@ -106,22 +112,20 @@ def pad_gold(golds: Sequence[Sequence[int]]) -> torch.Tensor:
 
 
 class ContrastiveCollator:
-    """(query, positive tool) pairs -> tokenized queries and documents (+ hard negatives)."""
+    """(query, positive, hard negative) triples -> tokenized queries and documents.
+
+    Documents are the B positives, then the B hard negatives when there are any."""
 
     def __init__(self, tokenizer, query_texts: list[str], tool_texts: list[str], gold: list[list[int]],
-                 max_query_length: int, max_tool_length: int, hard_negatives: list[list[int]] | None = None,
-                 seed: int = 0):
+                 max_query_length: int, max_tool_length: int):
         self.tok, self.query_texts, self.tool_texts, self.gold = tokenizer, query_texts, tool_texts, gold
         self.max_q, self.max_d = max_query_length, max_tool_length
-        self.hard = hard_negatives
-        self.rng = random.Random(seed)
 
-    def __call__(self, batch: list[list[tuple[int, int]]] | list[tuple[int, int]]) -> dict[str, Any]:
-        pairs = batch[0] if batch and isinstance(batch[0], list) else batch
-        queries = [q for q, _ in pairs]
-        docs = [t for _, t in pairs]
-        if self.hard is not None:
-            docs += [self.rng.choice(self.hard[q]) for q in queries]
+    def __call__(self, triples: list[tuple[int, int, int]]) -> dict[str, Any]:
+        queries = [q for q, _, _ in triples]
+        docs = [t for _, t, _ in triples]
+        if triples and triples[0][2] >= 0:
+            docs += [h for _, _, h in triples]
         q = self.tok([self.query_texts[i] for i in queries], padding=True, truncation=True, max_length=self.max_q,
                      return_tensors="pt")
         d = self.tok([self.tool_texts[i] for i in docs], padding=True, truncation=True, max_length=self.max_d,
@@ -130,7 +134,7 @@ class ContrastiveCollator:
             "query": {k: v for k, v in q.items() if k in ("input_ids", "attention_mask")},
             "doc": {k: v for k, v in d.items() if k in ("input_ids", "attention_mask")},
             "doc_tools": torch.tensor(docs, dtype=torch.long),  # [M] tool index of each doc column
-            "positive": torch.arange(len(pairs), dtype=torch.long),  # [B] column of each positive
+            "positive": torch.arange(len(triples), dtype=torch.long),  # [B] column of each positive
             "gold": pad_gold([self.gold[i] for i in queries]),  # [B, G]
         }
 
@@ -169,16 +173,16 @@ class ToolTextDataModule(L.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         rank, world = self._rank_world()
-        sampler = ContrastiveBatchSampler(self.train_gold, self.cfg.batch_size, self.seed, rank, world)
+        sampler = ContrastiveBatchSampler(self.train_gold, self.cfg.batch_size, self.seed, rank, world,
+                                          self.hard_negatives)
         if self.trainer is not None:
             sampler.set_epoch(self.trainer.current_epoch)
         sampler.skip, self._skip = self._skip, 0
         self._train_sampler = sampler
         collate = ContrastiveCollator(self.tok, [q.text for q in self.train_queries], self.tool_texts, self.train_gold,
-                                      self.cfg.max_query_length, self.cfg.max_tool_length, self.hard_negatives,
-                                      seed=self.seed + 7919 * (sampler.epoch + 1) + rank)
+                                      self.cfg.max_query_length, self.cfg.max_tool_length)
         return DataLoader(_Identity(len(self.train_queries)), batch_sampler=sampler, collate_fn=collate,
-                          num_workers=self.cfg.num_workers)
+                          num_workers=self.cfg.num_workers, generator=self._generator())
 
     def _eval_loader(self, split: str) -> DataLoader:
         rank, world = self._rank_world()
@@ -186,7 +190,12 @@ class ToolTextDataModule(L.LightningDataModule):
         items = sorted(((q.text, [self.tool_index[t] for t in q.tools]) for q in queries), key=lambda x: len(x[0]))
         return DataLoader(items, batch_size=self.cfg.eval_batch_size, shuffle=False,
                           collate_fn=QueryCollator(self.tok, self.cfg.max_query_length),
-                          num_workers=self.cfg.num_workers)
+                          num_workers=self.cfg.num_workers, generator=self._generator())
+
+    def _generator(self) -> torch.Generator:
+        # each DataLoader iterator draws a base seed; from the global RNG that would shift dropout
+        # masks depending on when loaders were (re)created, and break exact resume
+        return torch.Generator().manual_seed(self.seed)
 
     def val_dataloader(self) -> DataLoader:
         return self._eval_loader(self.cfg.val_split)
@@ -197,7 +206,9 @@ class ToolTextDataModule(L.LightningDataModule):
     # mid-epoch resume: remember how many batches of the current epoch were consumed
     def state_dict(self) -> dict[str, Any]:
         trainer = getattr(self, "trainer", None)
-        done = trainer.fit_loop.epoch_loop.batch_progress.current.completed if trainer is not None else 0
+        # "processed", not "completed": the checkpoint is written in on_train_batch_end, after the
+        # optimizer step of this batch but before Lightning counts it as completed
+        done = trainer.fit_loop.epoch_loop.batch_progress.current.processed if trainer is not None else 0
         return {"batches_done": int(done)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

@@ -125,7 +125,8 @@ def cmd_report(args: argparse.Namespace) -> int:
             raise ToolgraphError(f"{path}: not found (run toolgraph evaluate --out {folder} first)")
         res = json.loads(path.read_text())
         ks = res["config"]["eval"]["ks"]
-        rows[f"{res['config']['retriever']['name']} ({Path(folder).name})"] = res["metrics"]
+        kind = (res["config"].get("retriever") or res["config"].get("model") or {}).get("name", "?")
+        rows[f"{kind} ({Path(folder).name})"] = res["metrics"]
     print(format_table(rows, ks))
     return 0
 

@@ -118,3 +118,21 @@ def test_bad_training_config_is_clear(synthetic_dataset_dir, tiny_bert_dir, tmp_
         train(load_config(TrainConfig, [], base + ["checkpoint.monitor=val/recall@50"]))
     with pytest.raises(ConfigError, match="unknown task 'nope'"):
         load_config(TrainConfig, [], base + ["model.name=nope"])
+
+
+@pytest.mark.slow
+def test_wandb_offline_run_holds_the_logged_metrics_and_config(synthetic_dataset_dir, tiny_bert_dir, tmp_path,
+                                                                monkeypatch):
+    """W&B through Lightning's WandbLogger, offline into a temp folder (never logs in). The run
+    file is W&B's binary record log; the metric names and config keys must be in it."""
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    over = [o for o in tiny_train_overrides(synthetic_dataset_dir, tiny_bert_dir, tmp_path / "run", steps=8)
+            if o != "logger.wandb=false"]
+    train(load_config(TrainConfig, [], over + ["logger.wandb=true", "export=false"]))
+    runs = list((tmp_path / "run" / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert len(runs) == 1
+    blob = runs[0].read_bytes()
+    for key in (b"train/loss", b"val/recall@5", b"test/recall@5", b"temperature", b"bi_encoder"):
+        assert key in blob, key

@@ -184,4 +184,15 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         results["training"] = {**summary, "seconds": time.perf_counter() - start}
         (out / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
         summary["metrics"] = report.metrics
+    _finish_wandb(trainer)
     return summary
+
+
+def _finish_wandb(trainer: L.Trainer) -> None:
+    """Close the W&B run so its file is complete (and a sweep agent can start the next run)."""
+    from lightning.pytorch.loggers import WandbLogger
+
+    if any(isinstance(lg, WandbLogger) for lg in trainer.loggers):
+        import wandb
+
+        wandb.finish()

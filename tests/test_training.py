@@ -136,3 +136,45 @@ def test_wandb_offline_run_holds_the_logged_metrics_and_config(synthetic_dataset
     blob = runs[0].read_bytes()
     for key in (b"train/loss", b"val/recall@5", b"test/recall@5", b"temperature", b"bi_encoder"):
         assert key in blob, key
+
+
+def test_evaluate_with_checkpoint_uses_the_runs_data(trained, tmp_path, capsys):
+    from toolgraph.cli import main
+
+    out, summary, _ = trained
+    assert main(["evaluate", "--checkpoint", summary["best_checkpoint"], "--out", str(tmp_path / "ev")]) == 0
+    res = json.loads((tmp_path / "ev" / "results.json").read_text())
+    assert res["dataset"]["queries"]["test"] == 40
+    assert res["metrics"]["recall@5"] == pytest.approx(summary["metrics"]["recall@5"], abs=1e-6)
+
+
+def test_hard_negatives_from_a_saved_retriever_exclude_gold(trained, synthetic_dataset_dir):
+    from toolgraph.data.formats import read_dataset
+    from toolgraph.data.text import TextDataConfig, ToolTextDataModule
+    from toolgraph.tasks.bi_encoder import mine_hard_negatives
+
+    out, _, _ = trained
+    import transformers
+
+    tok = transformers.AutoTokenizer.from_pretrained(out / "retriever" / "encoder")
+    dm = ToolTextDataModule(read_dataset(synthetic_dataset_dir), TextDataConfig(), tok)
+    negs = mine_hard_negatives(dm, str(out / "retriever"), depth=5, tool_text="default")
+    assert len(negs) == len(dm.train_queries)
+    assert all(negs[i] and not set(negs[i]) & set(dm.train_gold[i]) and len(negs[i]) <= 5 for i in range(len(negs)))
+
+
+@pytest.mark.parametrize("override,needle", [
+    ("model.encoder=no-such-org/no-such-model", "no-such-org/no-such-model"),
+    ("data.name=/no/such/folder", "/no/such/folder"),
+    ("optim.lr=fast", "optim.lr"),
+])
+def test_train_errors_are_clear_and_fast(synthetic_dataset_dir, tiny_bert_dir, tmp_path, capsys, override, needle):
+    import time
+
+    from toolgraph.cli import main
+
+    over = tiny_train_overrides(synthetic_dataset_dir, tiny_bert_dir, tmp_path) + [override]
+    t0 = time.perf_counter()
+    assert main(["train", *over]) == 2
+    assert time.perf_counter() - t0 < 2.0
+    assert needle in capsys.readouterr().err

@@ -64,14 +64,24 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from toolgraph.evaluation import evaluate, format_table, prepare_dataset, write_report
     from toolgraph.retrieval import build_retriever
 
-    cfg = load_config(EvaluateConfig, args.config, args.overrides)
+    sources = list(args.config)
+    if args.checkpoint and not sources:
+        sources = [_data_section_of_run(args.checkpoint)]  # evaluate where it was trained, unless told
+    cfg = load_config(EvaluateConfig, sources, args.overrides)
     if args.out:
         cfg.out = args.out
     if args.print_config:
         print(to_yaml(cfg))
     ds = prepare_dataset(cfg.data)
-    report = evaluate(build_retriever(cfg.retriever), ds, cfg.data.split, cfg.eval)
-    label = f"{cfg.retriever.name} on {ds.name}/{cfg.data.split} ({len(report.query_ids)} queries)"
+    if args.checkpoint:
+        import toolgraph
+
+        retriever = toolgraph.load(args.checkpoint)
+        name = f"{retriever.name} from {args.checkpoint}"
+    else:
+        retriever, name = build_retriever(cfg.retriever), cfg.retriever.name
+    report = evaluate(retriever, ds, cfg.data.split, cfg.eval)
+    label = f"{name} on {ds.name}/{cfg.data.split} ({len(report.query_ids)} queries)"
     print(format_table({label: report.metrics}, cfg.eval.ks))
     if report.agent_metrics:
         print(format_table({"agents: " + label: report.agent_metrics}, cfg.eval.ks))
@@ -81,6 +91,24 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         (Path(cfg.out) / "config.yaml").write_text(to_yaml(cfg))
         print(f"wrote {cfg.out}/results.json, rankings.jsonl, curves.png, config.yaml")
     return 0
+
+
+def _data_section_of_run(path: str) -> dict:
+    """The data section (name, root, setting, options, test split) a checkpoint or run was made with."""
+    import torch
+
+    p = Path(path)
+    run_cfg = None
+    if p.is_file() and p.suffix == ".ckpt":
+        ckpt = torch.load(p, map_location="cpu", weights_only=True)
+        run_cfg = ckpt.get("hyper_parameters", {}).get("config")
+    elif (p / "config.yaml").is_file():
+        run_cfg = yaml.safe_load((p / "config.yaml").read_text())
+    if not run_cfg or "data" not in run_cfg:
+        return {}
+    d = run_cfg["data"]
+    keep = {k: d[k] for k in ("name", "root", "setting", "seed", "options") if k in d}
+    return {"data": {**keep, "split": d.get("test_split", "test")}, "eval": run_cfg.get("eval", {})}
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -168,6 +196,7 @@ def add_evaluate_args(e: argparse.ArgumentParser) -> None:
     e.add_argument("--config", action="append", default=[], help="YAML file (repeatable, later wins)")
     e.add_argument("--out", default=None, help="output folder (evaluate: out, train: out_dir)")
     e.add_argument("--print-config", action="store_true", help="print the resolved config")
+    e.add_argument("--checkpoint", default=None, help="evaluate: a .ckpt, exported retriever or run folder")
     e.add_argument("overrides", nargs="*", help="key=value or --key=value")
 
 

@@ -38,8 +38,9 @@ class BiEncoderConfig(TaskConfig):
     temperature: float = 0.05
     tool_text: str = "default"  # default | name_desc | toolbench
     gather: bool = True  # in-batch negatives from every rank
-    hard_negatives: bool = False  # one BM25-mined hard negative per query
-    hard_negative_depth: int = 20  # mine from BM25's top-N (gold tools removed)
+    hard_negatives: bool = False  # one mined hard negative per query
+    hard_negative_source: str = "bm25"  # bm25, or a saved retriever / checkpoint / run folder
+    hard_negative_depth: int = 20  # mine from the source's top-N (gold tools removed)
     instret: bool = False  # augment tool documents with training queries
     instret_queries: int = 3  # queries appended per tool
 
@@ -71,7 +72,7 @@ class BiEncoderTask(RetrievalTask):
             ds = instret_augment(ds, m.instret_queries)
         dm = ToolTextDataModule(ds, data_cfg, self.tokenizer, tool_text_style=m.tool_text, seed=seed)
         if m.hard_negatives:
-            dm.hard_negatives = mine_bm25_negatives(dm, m.hard_negative_depth, m.tool_text)
+            dm.hard_negatives = mine_hard_negatives(dm, m.hard_negative_source, m.hard_negative_depth, m.tool_text)
         self.tool_texts = dm.tool_texts
         self.catalog = dm.tools
         return dm
@@ -144,11 +145,17 @@ def instret_augment(ds: ToolDataset, n: int) -> ToolDataset:
     return ToolDataset(ds.name, tools, ds.queries, ds.agents, ds.dependencies, ds.skipped, notes)
 
 
-def mine_bm25_negatives(dm: ToolTextDataModule, depth: int, tool_text: str) -> list[list[int]]:
-    """Per training query, BM25's top-``depth`` tools minus its gold tools (false negatives)."""
-    from toolgraph.retrieval.bm25 import BM25Config, BM25Retriever
+def mine_hard_negatives(dm: ToolTextDataModule, source: str, depth: int, tool_text: str) -> list[list[int]]:
+    """Per training query, the source's top-``depth`` tools minus its gold tools (false negatives).
+    ``source``: "bm25", or anything ``toolgraph.load`` reads (a saved retriever, a checkpoint)."""
+    if source == "bm25":
+        from toolgraph.retrieval.bm25 import BM25Config, BM25Retriever
 
-    r = BM25Retriever(BM25Config(tool_text=tool_text))
+        r = BM25Retriever(BM25Config(tool_text=tool_text))
+    else:
+        from toolgraph.inference import load
+
+        r = load(source)
     r.index(dm.tools)
     ranking = r.retrieve([q.text for q in dm.train_queries], depth + 8)
     out = []

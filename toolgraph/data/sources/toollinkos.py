@@ -1,0 +1,138 @@
+"""ToolLinkOS (Lumer et al., "Graph RAG-Tool Fusion", arXiv 2502.07223, 2025;
+github.com/EliasLumer/Graph-RAG-Tool-Fusion-ToolLinkOS).
+
+Catalog: ``core_tools.json`` (50 core tools such as get_current_date) + ``regular_tools.json``
+(523 tools), fictional OS/app functions. Each tool lists ``depends_on`` entries (tool name,
+``dependence_type``, parameter, reason); each becomes ``Dependency(tool, depended-on tool,
+dependence_type)``. Two entries of one tool naming the same target with the same type (e.g. two
+parameters fed by the same converter) become one edge; the merge is counted in ``skipped``.
+
+Queries: ``instances.json`` (1,569, no ids: the id is the record index). Gold = the main tool
+first, then the rest of ``golden_function_names`` in source order. The source calls
+golden_function_names the main tool plus its dependency closure; we check that claim and store
+the counts in ``notes["closure"]`` (it holds for 1,047 queries; for the other 522 the gold set is a
+strict subset of the closure, missing only core tools). ``notes["main_tool"]`` maps query id ->
+main tool, for the "main tool + prerequisites" protocol.
+
+No split exists: a seeded query-level split (``seeded_assign``; test 0.2, val 0.1, train the rest).
+Category = ``func_type`` (core | regular); there is no owner level, so no agents.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from toolgraph.data.formats import read_json
+from toolgraph.data.schema import Dependency, Query, Tool, ToolDataset
+from toolgraph.data.splits import seeded_assign
+from toolgraph.errors import ConfigError, DataError
+from toolgraph.registry import DATASETS
+
+
+def _records(path: Path) -> list[Any]:
+    data = read_json(path)
+    if not isinstance(data, list):
+        raise DataError(f"expected a JSON array, got {type(data).__name__}", path)
+    return data
+
+
+def _require(obj: Any, fields: dict[str, type], path: Path, where: str) -> None:
+    if not isinstance(obj, dict):
+        raise DataError(f"{where}: expected a JSON object, got {type(obj).__name__}", path)
+    for key, typ in fields.items():
+        if key not in obj:
+            raise DataError(f"{where}: missing field {key!r}", path)
+        if not isinstance(obj[key], typ):
+            raise DataError(f"{where}: field {key!r} must be {typ.__name__}, got {type(obj[key]).__name__}", path)
+
+
+def _closure(main: str, needs: dict[str, list[str]]) -> set[str]:
+    seen, stack = {main}, [main]
+    while stack:
+        for nxt in needs.get(stack.pop(), []):
+            if nxt not in seen:
+                seen.add(nxt)
+                stack.append(nxt)
+    return seen
+
+
+@DATASETS.register("toollinkos")
+def load_toollinkos(root: Path, test_fraction: float = 0.2, val_fraction: float = 0.1, seed: int = 0) -> ToolDataset:
+    if min(test_fraction, val_fraction) < 0 or test_fraction + val_fraction > 1:
+        raise ConfigError(f"toollinkos: test_fraction={test_fraction} and val_fraction={val_fraction} must be >= 0 "
+                          "and sum to <= 1")
+    folder = root / "toollinkos" / "toollinkos"
+    skipped: Counter = Counter()
+    tools: dict[str, Tool] = {}
+    raw_deps: list[tuple[str, dict]] = []
+    for fname in ("core_tools.json", "regular_tools.json"):
+        path = folder / fname
+        for i, obj in enumerate(_records(path)):
+            where = f"record {i}"
+            _require(obj, {"name": str, "description": str}, path, where)
+            name = obj["name"].strip()
+            if not name:
+                raise DataError(f"{where}: empty 'name'", path)
+            if name in tools:
+                skipped["tool name defined twice (first kept)"] += 1
+                continue
+            deps = obj.get("depends_on") or []
+            if not isinstance(deps, list):
+                raise DataError(f"{where} ({name}): 'depends_on' must be a list", path)
+            for k, dep in enumerate(deps):
+                _require(dep, {"name": str, "dependence_type": str}, path, f"{where} ({name}) depends_on[{k}]")
+                raw_deps.append((name, dep))
+            tools[name] = Tool(name, name, obj["description"], category=obj.get("func_type") or None,
+                               parameters=obj.get("parameters"))
+
+    edges: dict[tuple[str, str, str], None] = {}
+    needs: dict[str, list[str]] = {}
+    for name, dep in raw_deps:
+        target, kind = dep["name"], dep["dependence_type"]
+        if target not in tools:
+            skipped["depends_on naming an unknown tool"] += 1
+        elif target == name:
+            skipped["tool depending on itself"] += 1
+        elif (name, target, kind) in edges:
+            skipped["depends_on entry merged into an edge with the same tool, target and type"] += 1
+        else:
+            edges[(name, target, kind)] = None
+            if target not in needs.setdefault(name, []):
+                needs[name].append(target)
+
+    inst_path = folder / "instances.json"
+    kept: list[tuple[str, str, tuple[str, ...]]] = []
+    main_tool: dict[str, str] = {}
+    closure: Counter = Counter()
+    for i, obj in enumerate(_records(inst_path)):
+        _require(obj, {"user_query": str, "main_golden_function_name": str, "golden_function_names": list},
+                 inst_path, f"record {i}")
+        main, golden = obj["main_golden_function_name"], obj["golden_function_names"]
+        if not obj["user_query"].strip():
+            skipped["query with empty text"] += 1
+            continue
+        if any(g not in tools for g in [main, *golden]):
+            skipped["query naming a tool missing from the catalog"] += 1
+            continue
+        if main not in golden:
+            closure["main tool absent from golden_function_names (prepended)"] += 1
+        gold = tuple(dict.fromkeys([main, *golden]))
+        skipped["tool repeated in golden_function_names"] += len(golden) + (main not in golden) - len(gold)
+        full = _closure(main, needs)
+        closure["gold == main + transitive dependencies" if set(gold) == full else
+                "gold strictly inside the closure" if set(gold) < full else
+                "gold outside the closure"] += 1
+        qid = str(i)
+        kept.append((qid, obj["user_query"], gold))
+        main_tool[qid] = main
+
+    part = seeded_assign([q[0] for q in kept], {"test": test_fraction, "val": val_fraction,
+                                                 "train": 1 - test_fraction - val_fraction}, seed)
+    queries = [Query(qid, text, gold, part[qid]) for qid, text, gold in kept]
+    deps = [Dependency(s, t, k) for s, t, k in edges]
+    notes = {"files": [str(folder / f) for f in ("core_tools.json", "regular_tools.json", "instances.json")],
+             "test_fraction": test_fraction, "val_fraction": val_fraction, "seed": seed,
+             "closure": dict(closure), "main_tool": main_tool}
+    return ToolDataset("toollinkos", list(tools.values()), queries, [], deps, +skipped, notes)

@@ -68,14 +68,23 @@ def read_tsv(path: str | Path, header: bool = True) -> Iterator[tuple[int, list[
                 yield lineno, row
 
 
-def _require(obj: Any, fields: dict[str, type], path: Path, lineno: int) -> None:
+def require_fields(obj: Any, fields: dict[str, type], path: str | Path, line: int | None = None,
+                   what: str = "") -> None:
+    """DataError naming file, line (or ``what``: "record 17") unless ``obj`` is a JSON object
+    holding every field with the given type."""
+    prefix = f"{what}: " if what else ""
     if not isinstance(obj, dict):
-        raise DataError(f"expected a JSON object, got {type(obj).__name__}", path, lineno)
+        raise DataError(f"{prefix}expected a JSON object, got {type(obj).__name__}", path, line)
     for key, typ in fields.items():
         if key not in obj:
-            raise DataError(f"missing field {key!r}", path, lineno)
+            raise DataError(f"{prefix}missing field {key!r}", path, line)
         if not isinstance(obj[key], typ):
-            raise DataError(f"field {key!r} must be {typ.__name__}, got {type(obj[key]).__name__}", path, lineno)
+            raise DataError(f"{prefix}field {key!r} must be {typ.__name__}, got {type(obj[key]).__name__}", path, line)
+
+
+def _require(obj: Any, fields: dict[str, type], path: Path, lineno: int) -> None:
+    require_fields(obj, fields, path, lineno)
+    for key, typ in fields.items():
         if typ is str and key in ("id", "text", "name", "source", "target") and not obj[key].strip():
             raise DataError(f"field {key!r} is empty", path, lineno)
 

@@ -27,9 +27,9 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from toolgraph.data.formats import iter_jsonl
+from toolgraph.data.formats import require_fields as require
 from toolgraph.data.schema import SPLITS, Dependency, Query, Tool, ToolDataset
 from toolgraph.errors import ConfigError, DataError
 from toolgraph.registry import DATASETS
@@ -37,18 +37,6 @@ from toolgraph.registry import DATASETS
 _REF = re.compile(r"API_call_(\d+)")
 _QUERY_FILES = {"dev.jsonl": ("val", "all"), "test_in_domain.jsonl": ("test", "in"),
                 "test_out_domain.jsonl": ("test", "out")}
-
-
-def require(obj: Any, fields: dict[str, type], path: Path, lineno: int, what: str = "record") -> None:
-    """DataError(file:line) unless ``obj`` is a dict holding each field with the given type."""
-    if not isinstance(obj, dict):
-        raise DataError(f"{what}: expected a JSON object, got {type(obj).__name__}", path, lineno)
-    for key, typ in fields.items():
-        if key not in obj:
-            raise DataError(f"{what}: missing field {key!r}", path, lineno)
-        if not isinstance(obj[key], typ):
-            raise DataError(f"{what}: field {key!r} must be {typ.__name__}, got {type(obj[key]).__name__}",
-                            path, lineno)
 
 
 def json_schema(api: dict) -> dict:

@@ -24,7 +24,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from toolgraph.data.formats import read_json
+from toolgraph.data.formats import read_json, require_fields
 from toolgraph.data.schema import Dependency, Query, Tool, ToolDataset
 from toolgraph.data.splits import seeded_assign
 from toolgraph.errors import ConfigError, DataError
@@ -36,16 +36,6 @@ def _records(path: Path) -> list[Any]:
     if not isinstance(data, list):
         raise DataError(f"expected a JSON array, got {type(data).__name__}", path)
     return data
-
-
-def _require(obj: Any, fields: dict[str, type], path: Path, where: str) -> None:
-    if not isinstance(obj, dict):
-        raise DataError(f"{where}: expected a JSON object, got {type(obj).__name__}", path)
-    for key, typ in fields.items():
-        if key not in obj:
-            raise DataError(f"{where}: missing field {key!r}", path)
-        if not isinstance(obj[key], typ):
-            raise DataError(f"{where}: field {key!r} must be {typ.__name__}, got {type(obj[key]).__name__}", path)
 
 
 def _closure(main: str, needs: dict[str, list[str]]) -> set[str]:
@@ -71,7 +61,7 @@ def load_toollinkos(root: Path, test_fraction: float = 0.2, val_fraction: float 
         path = folder / fname
         for i, obj in enumerate(_records(path)):
             where = f"record {i}"
-            _require(obj, {"name": str, "description": str}, path, where)
+            require_fields(obj, {"name": str, "description": str}, path, what=where)
             name = obj["name"].strip()
             if not name:
                 raise DataError(f"{where}: empty 'name'", path)
@@ -82,7 +72,7 @@ def load_toollinkos(root: Path, test_fraction: float = 0.2, val_fraction: float 
             if not isinstance(deps, list):
                 raise DataError(f"{where} ({name}): 'depends_on' must be a list", path)
             for k, dep in enumerate(deps):
-                _require(dep, {"name": str, "dependence_type": str}, path, f"{where} ({name}) depends_on[{k}]")
+                require_fields(dep, {"name": str, "dependence_type": str}, path, what=f"{where} ({name}) depends_on[{k}]")
                 raw_deps.append((name, dep))
             tools[name] = Tool(name, name, obj["description"], category=obj.get("func_type") or None,
                                parameters=obj.get("parameters"))
@@ -107,8 +97,8 @@ def load_toollinkos(root: Path, test_fraction: float = 0.2, val_fraction: float 
     main_tool: dict[str, str] = {}
     closure: Counter = Counter()
     for i, obj in enumerate(_records(inst_path)):
-        _require(obj, {"user_query": str, "main_golden_function_name": str, "golden_function_names": list},
-                 inst_path, f"record {i}")
+        require_fields(obj, {"user_query": str, "main_golden_function_name": str, "golden_function_names": list},
+                       inst_path, what=f"record {i}")
         main, golden = obj["main_golden_function_name"], obj["golden_function_names"]
         if not obj["user_query"].strip():
             skipped["query with empty text"] += 1

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import tiny_train_overrides
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import tiny_train_overrides
 
 import toolgraph
-from conftest import tiny_train_overrides
 from toolgraph.config import load_config
 from toolgraph.errors import ConfigError
 from toolgraph.tasks.base import lr_lambda

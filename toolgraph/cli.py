@@ -85,7 +85,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     print(format_table({label: report.metrics}, cfg.eval.ks))
     if report.agent_metrics:
         print(format_table({"agents: " + label: report.agent_metrics}, cfg.eval.ks))
-    print(f"timings: " + ", ".join(f"{k}={v:.2f}" for k, v in report.timings.items()))
+    print("timings: " + ", ".join(f"{k}={v:.2f}" for k, v in report.timings.items()))
     if cfg.out:
         write_report(report, cfg.out, cfg, ds)
         (Path(cfg.out) / "config.yaml").write_text(to_yaml(cfg))

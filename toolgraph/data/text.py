@@ -39,9 +39,10 @@ class ContrastiveBatchSampler(Sampler[list[tuple[int, int, int]]]):
     positive tool twice within a batch.
 
     Deterministic in (seed, epoch): every random draw happens here, none in the collator, so a
-    resumed epoch sees exactly the batches an uninterrupted one would. Under DDP each rank takes every W-th batch of the same global
-    plan, and all ranks get the same number of full batches (equal sizes are required by the
-    cross-rank gather). ``skip`` batches are dropped from the start (mid-epoch resume)."""
+    resumed epoch sees exactly the batches an uninterrupted one would. Under DDP each rank takes
+    every W-th batch of the same global plan, and all ranks get the same number of full batches
+    (the cross-rank gather needs equal sizes). ``skip`` batches are dropped from the start once
+    (mid-epoch resume)."""
 
     def __init__(self, gold: Sequence[Sequence[int]], batch_size: int, seed: int = 0, rank: int = 0, world: int = 1,
                  hard_negatives: Sequence[Sequence[int]] | None = None):
@@ -118,6 +119,8 @@ class ContrastiveBatchSampler(Sampler[list[tuple[int, int, int]]]):
 
 
 class _Identity(torch.utils.data.Dataset):
+    """The batch sampler yields the items themselves; the collator turns them into tensors."""
+
     def __init__(self, n: int):
         self.n = n
 

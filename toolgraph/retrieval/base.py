@@ -121,7 +121,7 @@ class Retriever(ABC):
         return r
 
     # ---- hooks ------------------------------------------------------------------------------
-    def _build(self) -> None:
+    def _build(self) -> None:  # noqa: B027 - optional hook: retrievers that score on the fly have no index
         """(Re)build the index over ``self.tools``."""
 
     @abstractmethod
@@ -131,8 +131,8 @@ class Retriever(ABC):
     def _search(self, queries: list[str], k: int) -> tuple[torch.Tensor, torch.Tensor]:
         return topk(self.score(queries), k)
 
-    def _save_state(self, folder: Path) -> None:
-        pass
+    def _save_state(self, folder: Path) -> None:  # noqa: B027 - optional hook: most state is the config
+        """Write what ``_load_state`` needs beyond the config and the tools."""
 
     def _load_state(self, folder: Path) -> None:
         self._build()

@@ -32,6 +32,7 @@ demo: $(STAMP)
 	$(BIN)/toolgraph report runs/demo/bm25 runs/demo/minilm runs/demo/bi_encoder
 
 test: $(STAMP)
+	$(BIN)/ruff check toolgraph tests benchmarks train.py evaluate.py
 	$(BIN)/python -m pytest -m "not gpu" $(PYTEST_ARGS)
 
 test-fast: $(STAMP)

@@ -55,17 +55,25 @@ def read_json(path: str | Path) -> Any:
         raise DataError(f"malformed JSON: {e.msg} (column {e.colno})", path, e.lineno) from None
 
 
-def read_tsv(path: str | Path, header: bool = True) -> Iterator[tuple[int, list[str]]]:
-    """Yield (line number, fields). With ``header`` the first line is skipped."""
+def read_tsv(path: str | Path, header: bool = True, quoted: bool = False) -> Iterator[tuple[int, list[str]]]:
+    """Yield (line number where the row starts, fields). With ``header`` the first row is skipped.
+
+    ``quoted``: pandas-style TSV, where quoted fields may hold quotes, tabs and newlines (ToolBench's
+    corpus.tsv); otherwise quotes are ordinary characters (BEIR qrels)."""
     path = Path(path)
     if not path.is_file():
         raise DataError("file not found", path)
     with path.open(encoding="utf-8", newline="") as f:
-        for lineno, row in enumerate(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE), 1):
-            if header and lineno == 1:
-                continue
-            if row:
-                yield lineno, row
+        reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_MINIMAL if quoted else csv.QUOTE_NONE)
+        start, first = 1, True
+        try:
+            for row in reader:
+                if row and not (header and first):
+                    yield start, row
+                first = False
+                start = reader.line_num + 1
+        except csv.Error as e:
+            raise DataError(f"malformed TSV: {e}", path, reader.line_num) from None
 
 
 def require_fields(obj: Any, fields: dict[str, type], path: str | Path, line: int | None = None,

@@ -25,6 +25,18 @@ _TOOLBENCH_DOC = re.compile(
 )
 
 
+def parse_toolbench_doc(text: str, path: Path, lineno: int) -> tuple[str, str, str, str, dict, object]:
+    """ToolBench's API document string -> (category, tool, api, description, parameters, returns)."""
+    m = _TOOLBENCH_DOC.match(text)
+    if not m:
+        raise DataError("not a ToolBench API document", path, lineno)
+    category, tool, api, desc, req, opt, ret = m.groups()
+    try:
+        return category, tool, api, desc, {"required": json.loads(req), "optional": json.loads(opt)}, json.loads(ret)
+    except json.JSONDecodeError as e:
+        raise DataError(f"unparsable parameter JSON: {e.msg}", path, lineno) from None
+
+
 def read_qrels(path: Path) -> dict[str, list[str]]:
     """query id -> relevant corpus ids (score > 0), in file order."""
     out: dict[str, list[str]] = {}
@@ -53,16 +65,8 @@ def read_beir(folder: Path, name: str, splits: dict[str, str], parse_toolbench: 
         tid, text = str(obj["_id"]), obj["text"]
         if not text.strip():
             raise DataError(f"empty text for corpus id {tid!r}", corpus_path, lineno)
-        m = _TOOLBENCH_DOC.match(text) if parse_toolbench else None
-        if parse_toolbench and not m:
-            raise DataError(f"corpus id {tid!r} is not a ToolBench API document", corpus_path, lineno)
-        if m:
-            category, agent, api, desc, req, opt, ret = m.groups()
-            try:
-                params = {"required": json.loads(req), "optional": json.loads(opt)}
-                returns = json.loads(ret)
-            except json.JSONDecodeError as e:
-                raise DataError(f"corpus id {tid!r}: unparsable parameter JSON: {e.msg}", corpus_path, lineno) from None
+        if parse_toolbench:
+            category, agent, api, desc, params, returns = parse_toolbench_doc(text, corpus_path, lineno)
             agents.setdefault(agent, Agent(agent, agent, f"RapidAPI tool in category {category}"))
             tools.append(Tool(tid, api, desc, agent=agent, category=category, parameters=params, returns=returns))
         else:

@@ -24,7 +24,6 @@ then matched by (tool_name, api_name) and the query's own api_list is ignored.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -33,7 +32,7 @@ from typing import Any
 
 from toolgraph.data.formats import iter_jsonl, read_json
 from toolgraph.data.schema import Agent, Query, Tool, ToolDataset
-from toolgraph.data.sources.beir import _TOOLBENCH_DOC
+from toolgraph.data.sources.beir import parse_toolbench_doc
 from toolgraph.data.splits import carve_val
 from toolgraph.errors import ConfigError, DataError
 from toolgraph.registry import DATASETS
@@ -169,14 +168,7 @@ def read_colt_corpus(path: Path) -> Catalog:
     for lineno, obj in iter_jsonl(path):
         if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
             raise DataError("corpus line needs a 'text' string", path, lineno)
-        m = _TOOLBENCH_DOC.match(obj["text"])
-        if not m:
-            raise DataError("not a ToolBench API document", path, lineno)
-        category, tool, api, desc, req, opt, ret = m.groups()
-        try:
-            params, returns = {"required": json.loads(req), "optional": json.loads(opt)}, json.loads(ret)
-        except json.JSONDecodeError as e:
-            raise DataError(f"unparsable parameter JSON: {e.msg}", path, lineno) from None
+        category, tool, api, desc, params, returns = parse_toolbench_doc(obj["text"], path, lineno)
         if not tool.strip() or not api.strip():
             raise DataError("empty tool_name or api_name", path, lineno)
         catalog.add(tool, api, category, desc, params, returns)

@@ -55,6 +55,31 @@ def read_json(path: str | Path) -> Any:
         raise DataError(f"malformed JSON: {e.msg} (column {e.colno})", path, e.lineno) from None
 
 
+def read_object_counting_repeats(path: Path) -> tuple[dict[str, Any], int]:
+    """The JSON object in ``path``, keeping the *first* value of a key repeated inside any object
+    (the json module keeps the last, silently), and how many repeats were dropped.
+    Bad JSON -> DataError(file:line)."""
+    if not path.is_file():
+        raise DataError("file not found", path)
+    repeats = 0
+
+    def first_wins(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        nonlocal repeats
+        out: dict[str, Any] = {}
+        for key, value in pairs:
+            out.setdefault(key, value)
+        repeats += len(pairs) - len(out)
+        return out
+
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=first_wins)
+    except json.JSONDecodeError as e:
+        raise DataError(f"malformed JSON: {e.msg} (column {e.colno})", path, e.lineno) from None
+    if not isinstance(data, dict):
+        raise DataError(f"expected a JSON object (name -> record), got {type(data).__name__}", path)
+    return data, repeats
+
+
 def read_tsv(path: str | Path, header: bool = True, quoted: bool = False) -> Iterator[tuple[int, list[str]]]:
     """Yield (line number where the row starts, fields). With ``header`` the first row is skipped.
 

@@ -139,3 +139,20 @@ def test_sweep_parameters_are_config_keys_and_a_sample_builds(path):
             assert str(getattr(getattr(cfg, section), name)).lower() == str(yaml.safe_load(value)).lower()
         args, unknown = build_parser().parse_known_args(["train", "--config", str(ROOT / recipe)] + ["--" + s for s in sample])
         assert unknown == ["--" + s for s in sample]  # main() turns these into overrides
+
+
+def test_adapter_options_are_free_form_but_checked_by_the_adapter(tmp_path, tiny_dataset_dir):
+    from toolgraph.evaluation import prepare_dataset
+
+    cfg = load_config(EvaluateConfig, overrides=["data.options.val_fraction=0.2", "data.options.corpus=colt"])
+    assert cfg.data.options == {"val_fraction": 0.2, "corpus": "colt"}
+    cfg = load_config(EvaluateConfig, overrides=[f"data.name={tiny_dataset_dir}", "data.options.bogus=1"])
+    with pytest.raises(Exception, match="bogus"):
+        prepare_dataset(cfg.data)
+
+
+def test_unknown_option_of_a_registered_adapter_names_it(data_root):
+    from toolgraph.data import load_dataset
+
+    with pytest.raises(ConfigError, match=r"data.options: unknown option\(s\) \['val_fracton'\] for dataset 'toollens'"):
+        load_dataset("toollens", data_root, val_fracton=0.2)

@@ -71,6 +71,10 @@ POLYMORPHIC: dict[str, tuple[str, Callable[[str], Any]]] = {
 }
 
 
+# dict-typed fields whose keys are not part of the schema (adapter options)
+OPEN_SECTIONS = ("data.options",)
+
+
 def parse_overrides(args: Sequence[str]) -> list[str]:
     """Turn ``--a.b=1`` / ``a.b=1`` into OmegaConf dotlist entries; anything else is an error."""
     out = []
@@ -124,6 +128,10 @@ def load_config(schema: type, files: Sequence[str | Path | dict] = (), overrides
         except ConfigError as e:
             raise ConfigError(f"{section}.name: {e}") from None
     OmegaConf.set_struct(base, True)
+    for key in OPEN_SECTIONS:  # free-form dicts: their keys belong to the adapter, checked there
+        node = OmegaConf.select(base, key)
+        if node is not None:
+            OmegaConf.set_struct(node, False)
     for where, src in sources:
         try:
             base = OmegaConf.merge(base, src)

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from toolgraph.data.schema import Agent, Dependency, Query, Tool, ToolDataset
-from toolgraph.errors import DataError
+from toolgraph.errors import ConfigError, DataError
 
 __all__ = ["Agent", "Dependency", "Query", "Tool", "ToolDataset", "data_root", "load_dataset"]
 
@@ -34,4 +34,13 @@ def load_dataset(name: str, root: str | Path | None = None, **options: Any) -> T
             raise DataError(f"options {sorted(options)} are for registered adapters, not JSONL folders", name)
         return read_dataset(name)
     loader = DATASETS.get(name)
+    import inspect
+
+    params = inspect.signature(loader).parameters
+    if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        allowed = [p for p in params if p != "root"]
+        unknown = sorted(set(options) - set(allowed))
+        if unknown:
+            raise ConfigError(f"data.options: unknown option(s) {unknown} for dataset {name!r}; "
+                              f"it takes {allowed or 'none'}")
     return loader(data_root(root), **options)

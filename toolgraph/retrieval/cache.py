@@ -1,7 +1,8 @@
 """On-disk embedding cache keyed by (model fingerprint, text hash).
 
-Re-evaluating a frozen encoder re-uses every vector it has seen; a changed model (new weights,
-pooling or max length) has a new fingerprint and so a fresh cache. One folder per fingerprint,
+Re-evaluating a frozen encoder re-uses every vector it has seen; a changed model (new weights or
+pooling) has a new fingerprint and so a fresh cache, and a text truncated at another length has
+another key. One folder per fingerprint,
 one ``safetensors`` shard per flush, loaded lazily. ``folder=None`` keeps vectors in memory only.
 """
 
@@ -16,8 +17,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 
-def text_key(text: str) -> str:
-    return hashlib.sha1(text.encode("utf-8")).hexdigest()
+def text_key(text: str, max_length: int) -> str:
+    return hashlib.sha1(f"{max_length}\x00{text}".encode()).hexdigest()
 
 
 class EmbeddingCache:
@@ -36,21 +37,21 @@ class EmbeddingCache:
             vectors = load_file(shard)["vectors"]
             self._rows.update(zip(keys, vectors, strict=True))
 
-    def get(self, texts: list[str]) -> tuple[dict[int, torch.Tensor], list[int]]:
+    def get(self, texts: list[str], max_length: int) -> tuple[dict[int, torch.Tensor], list[int]]:
         """(found: position -> vector, positions still to encode)."""
         self._load()
         found, missing = {}, []
         for i, t in enumerate(texts):
-            v = self._rows.get(text_key(t))
+            v = self._rows.get(text_key(t, max_length))
             if v is None:
                 missing.append(i)
             else:
                 found[i] = v
         return found, missing
 
-    def put(self, texts: list[str], vectors: torch.Tensor) -> None:
+    def put(self, texts: list[str], vectors: torch.Tensor, max_length: int) -> None:
         for t, v in zip(texts, vectors, strict=True):
-            k = text_key(t)
+            k = text_key(t, max_length)
             self._rows[k] = self._new[k] = v
 
     def flush(self) -> None:

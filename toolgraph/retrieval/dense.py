@@ -27,7 +27,8 @@ class DenseConfig(RetrieverConfig):
     model: str = "all-MiniLM-L6-v2"  # HF id or local folder
     pooling: str = "mean"  # mean | cls
     normalize: bool = True
-    max_length: int = 256
+    max_length: int = 256  # tokens per tool document
+    query_max_length: int | None = None  # tokens per query (None: max_length)
     batch_size: int = 64
     query_prefix: str = ""  # e.g. "query: " for E5-style models
     doc_prefix: str = ""
@@ -71,22 +72,22 @@ class DenseRetriever(Retriever):
     @property
     def cache(self) -> EmbeddingCache:
         if self._cache is None:
-            fp = f"{self.encoder.fingerprint()}-L{self.config.max_length}"
-            self._cache = EmbeddingCache(self.config.cache_dir, fp)
+            self._cache = EmbeddingCache(self.config.cache_dir, self.encoder.fingerprint())
         return self._cache
 
-    def embed(self, texts: list[str], what: str = "encoding") -> torch.Tensor:
-        """texts -> [len, H], through the cache."""
-        found, missing = self.cache.get(texts)
+    def embed(self, texts: list[str], what: str = "encoding", max_length: int | None = None) -> torch.Tensor:
+        """texts -> [len, H], through the cache (keyed by text and truncation length)."""
+        max_length = max_length or self.config.max_length
+        found, missing = self.cache.get(texts, max_length)
         out = torch.empty(len(texts), self.encoder.dim)
         for i, v in found.items():
             out[i] = v
         if missing:
             todo = [texts[i] for i in missing]
-            vecs = encode_texts(self.encoder, self._tokenizer, todo, self.config.batch_size, self.config.max_length,
+            vecs = encode_texts(self.encoder, self._tokenizer, todo, self.config.batch_size, max_length,
                                 self.device, progress=what if self.config.progress else False)
             out[missing] = vecs
-            self.cache.put(todo, vecs)
+            self.cache.put(todo, vecs, max_length)
             self.cache.flush()
         return out
 
@@ -111,7 +112,8 @@ class DenseRetriever(Retriever):
         self._faiss = index
 
     def encode_queries(self, queries: list[str]) -> torch.Tensor:
-        return self.embed([self.config.query_prefix + q for q in queries], "encoding queries")  # [Q, H]
+        texts = [self.config.query_prefix + q for q in queries]
+        return self.embed(texts, "encoding queries", self.config.query_max_length)  # [Q, H]
 
     def score(self, queries: list[str]) -> torch.Tensor:
         return self.encode_queries(queries) @ self.tool_vectors.T  # [Q, N]

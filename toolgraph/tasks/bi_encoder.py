@@ -116,7 +116,8 @@ class BiEncoderTask(RetrievalTask):
         if not m.shared:
             raise ValueError("two-tower bi-encoders cannot become a single-encoder DenseRetriever; use shared: true")
         cfg = DenseConfig(model="encoder", pooling=m.pooling, normalize=m.normalize, max_length=d.max_tool_length,
-                          tool_text=m.tool_text, cache_dir=None, progress=False)
+                          query_max_length=d.eval_max_query_length, tool_text=m.tool_text, cache_dir=None,
+                          progress=False)
         r = DenseRetriever(cfg, encoder=copy.deepcopy(self.query_encoder).cpu().eval(), tokenizer=self.tokenizer)
         r.index(self.catalog if tools is None else tools)
         return r

@@ -60,8 +60,12 @@ def main() -> None:
     ap.add_argument("--method", required=True)
     ap.add_argument("--command", required=True)
     ap.add_argument("--test-curve", action="store_true")
+    ap.add_argument("--eval-dir", type=Path, help="take the test metrics from this evaluate.py --checkpoint output")
     args = ap.parse_args()
     res = json.loads((args.run / "results.json").read_text())
+    if args.eval_dir:
+        evaluated = json.loads((args.eval_dir / "results.json").read_text())
+        res["metrics"], res["agent_metrics"] = evaluated["metrics"], evaluated.get("agent_metrics", {})
     cfg = res["config"]
     row = {"method": args.method, "dataset": cfg["data"]["name"], "split": cfg["data"]["test_split"],
            "setting": "transductive", "encoder": cfg["model"]["encoder"].split("/")[-1],

@@ -80,7 +80,9 @@ def _edges(dialogues: list[Dialogue], cat: Catalog) -> dict[tuple[str, str], lis
 @DATASETS.register("api-bank")
 def load_api_bank(root: Path, levels: Sequence[int] = (1, 2, 3), val_fraction: float = 0.1, seed: int = 0,
                   dependency_splits: Sequence[str] | None = None, csv_category: bool = False) -> ToolDataset:
-    """``levels``: test levels to load (the catalog always holds every spec). ``dependency_splits``:
+    """API-Bank (EMNLP'23): lv3 train dialogues, test levels 1-3; token/data dependencies.
+
+    ``levels``: test levels to load (the catalog always holds every spec). ``dependency_splits``:
     splits whose dialogues may evidence an edge (default all; test chains are test labels).
     ``csv_category``: set ``category`` to all_apis.csv's Chinese scenario (应用场景); off by default
     because only the 101 runnable APIs have one (no lv3 training API does), which would make test-side

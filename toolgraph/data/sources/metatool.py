@@ -71,6 +71,7 @@ def _csv_rows(path: Path) -> list[tuple[int, str, str]]:
 @DATASETS.register("metatool")
 def load_metatool(root: Path, description: str = "model", conflicts: str = "skip", test_fraction: float = 0.2,
                   val_fraction: float = 0.1, seed: int = 0) -> ToolDataset:
+    """MetaTool / ToolE: 199 tools, 20k single-tool + 497 two-tool queries; seeded split."""
     if description not in ("model", "human"):
         raise ConfigError(f"metatool: description={description!r}; expected 'model' or 'human'")
     if conflicts not in ("skip", "merge"):

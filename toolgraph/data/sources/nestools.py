@@ -45,7 +45,9 @@ def _read_pool_ids(path: Path) -> dict[int, list[int]]:
 
 @DATASETS.register("nestools")
 def load_nestools(root: Path, tool_ids: str = "pool", dependency_splits: Sequence[str] | None = None) -> ToolDataset:
-    """``tool_ids``: "pool" (authors' API ids, default) or "name" (dedupe by API name)."""
+    """NesTools (COLING'25): 1,000 nested-call test tasks; dependencies from API_call_k.
+
+    ``tool_ids``: "pool" (authors' API ids, default) or "name" (dedupe by API name)."""
     if tool_ids not in ("pool", "name"):
         raise ConfigError(f"nestools: option tool_ids={tool_ids!r}; expected 'pool' or 'name'")
     dep_splits = check_dependency_splits(dependency_splits, "nestools")

@@ -73,17 +73,20 @@ def read_toolbank(root: Path, name: str, rel: str, owner: Callable[[str, dict], 
 
 @DATASETS.register("toolbank-numpy")
 def load_toolbank_numpy(root: Path) -> ToolDataset:
+    """ToolBank numpy: 527 functions (catalog only; the queries are not in the snapshot)."""
     return read_toolbank(root, "toolbank-numpy", "bank_numpy/numpy_function_descriptions.json", _numpy_owner,
                          "numpy module")
 
 
 @DATASETS.register("toolbank-pandas")
 def load_toolbank_pandas(root: Path) -> ToolDataset:
+    """ToolBank pandas: 1,655 functions (catalog only)."""
     return read_toolbank(root, "toolbank-pandas", "bank_pandas/pandas_function_descriptions_with_classes.json",
                          _pandas_owner, "pandas class / function group")
 
 
 @DATASETS.register("toolbank-aws")
 def load_toolbank_aws(root: Path) -> ToolDataset:
+    """ToolBank AWS: 1,002 boto3 operations (catalog only)."""
     return read_toolbank(root, "toolbank-aws", "bank_aws/aws_function_descriptions.json", _aws_owner,
                          "AWS service (boto3 client)")

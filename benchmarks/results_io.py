@@ -30,14 +30,16 @@ def upsert(name: str, rows: list[dict]) -> Path:
     return path
 
 
-def quality_table(rows: list[dict]) -> str:
+def quality_table(rows: list[dict], extra: tuple[str, ...] = ()) -> str:
+    """Markdown table of the quality rows; ``extra`` adds row fields (e.g. training_steps, seconds)."""
     cols = ["recall@3", "recall@5", "recall@7", "ndcg@5", "pass@5", "mrr"]
-    lines = ["| dataset | split | setting | method | encoder | queries | " + " | ".join(cols) + " |",
-             "|---|---|---|---|---|---|" + "---|" * len(cols)]
+    lines = ["| dataset | split | setting | method | encoder | queries | " + " | ".join(cols + list(extra)) + " |",
+             "|---|---|---|---|---|---|" + "---|" * (len(cols) + len(extra))]
     for r in rows:
         if not any(c in r["metrics"] for c in cols):
             continue
         cells = [f"{r['metrics'][c]:.3f}" if c in r["metrics"] else "–" for c in cols]
+        cells += [str(r.get(e, "–")) for e in extra]
         lines.append(f"| {r['dataset']} | {r['split']} | {r['setting']} | {r['method']} | {r.get('encoder') or '–'} "
                      f"| {r.get('queries', '–')} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

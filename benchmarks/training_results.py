@@ -78,7 +78,7 @@ def main() -> None:
         row["test_curve"] = test_curve(args.run)
     upsert("training_core", [row])
     rows = [r for r in json.loads((RESULTS / "training_core.json").read_text())["rows"] if "recall@5" in r["metrics"]]
-    write_readme_table("training", quality_table(rows))
+    write_readme_table("training", quality_table(rows, extra=("training_steps", "seconds")))
     print(json.dumps({k: row[k] for k in ("method", "metrics", "training_steps", "val_curve", "seconds")}, indent=1))
 
 

@@ -102,6 +102,11 @@ def main() -> None:
            "command": "python benchmarks/train_step.py"}
     print(row["metrics"])
     upsert("training_core", [row])
+    m = row["metrics"]
+    write_readme_table("trainstep", f"Training step, Lightning task vs a plain PyTorch loop (same model, batches, loss, "
+                                    f"optimizer; `python benchmarks/train_step.py`): {m['lightning_s_median']} s vs "
+                                    f"{m['plain_torch_s_median']} s median per step, ratio **{m['ratio']}** "
+                                    f"({m['lightning_steps']} + {m['plain_steps']} steps, {row['note']}).")
     print("wrote benchmarks/results/training_core.json")
 
 

@@ -23,7 +23,7 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 
 import lightning as L  # noqa: E402
 import torch  # noqa: E402
-from results_io import machine, upsert  # noqa: E402
+from results_io import machine, upsert, write_readme_table  # noqa: E402
 
 from toolgraph.config import load_config, to_dict  # noqa: E402
 from toolgraph.evaluation import prepare_dataset  # noqa: E402

@@ -55,6 +55,7 @@ def evaluate(retriever: Retriever, ds: ToolDataset, split: str, cfg: EvalConfig)
     depth = max(cfg.depth, max(cfg.ks))
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
+    retriever.fit(ds)  # usage-driven retrievers read the train split here; others ignore it
     retriever.index(ds.tools)
     timings["index_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()

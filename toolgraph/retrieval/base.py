@@ -21,7 +21,7 @@ import torch
 
 from toolgraph.config import to_dict
 from toolgraph.data.formats import iter_jsonl
-from toolgraph.data.schema import Tool
+from toolgraph.data.schema import Tool, ToolDataset
 from toolgraph.errors import DataError
 from toolgraph.registry import RETRIEVERS
 from toolgraph.retrieval.topk import topk
@@ -58,6 +58,10 @@ class Retriever(ABC):
         self.tools: list[Tool] = []
 
     # ---- protocol ---------------------------------------------------------------------------
+    def fit(self, dataset: ToolDataset) -> None:  # noqa: B027 - optional: most retrievers learn nothing here
+        """Learn from a dataset's training queries (usage) before ``index``; a no-op by default.
+        ``evaluate()`` calls it, so usage-driven methods (Tool2Vec) need no special casing."""
+
     def index(self, tools: Iterable[Tool]) -> None:
         tools = list(tools)
         ids = [t.id for t in tools]

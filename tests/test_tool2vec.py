@@ -1,0 +1,66 @@
+"""Tool2Vec: tool vector = mean of its training queries' vectors; description fallback."""
+
+import pytest
+import torch
+
+from toolgraph.config import EvalConfig
+from toolgraph.data.formats import read_dataset
+from toolgraph.data.schema import Tool
+from toolgraph.evaluation import evaluate
+from toolgraph.retrieval import Retriever, build_retriever
+from toolgraph.retrieval.tool2vec import Tool2VecConfig
+
+
+def _t2v(tiny_bert_dir, **kw):
+    return build_retriever(Tool2VecConfig(model=str(tiny_bert_dir), cache_dir=None, progress=False, **kw))
+
+
+def test_tool_vector_is_the_mean_of_its_training_queries(tiny_bert_dir, synthetic_dataset_dir):
+    ds = read_dataset(synthetic_dataset_dir)
+    r = _t2v(tiny_bert_dir)
+    r.fit(ds)
+    r.index(ds.tools)
+    tool = r.tools[0]
+    texts = [q.text for q in ds.split("train") if tool.id in q.tools]
+    assert texts and len(r.usage[tool.id]) == len(texts)
+    expected = torch.nn.functional.normalize(r.encode_queries(texts).mean(0), dim=0)
+    assert torch.allclose(r.tool_vectors[0], expected, atol=1e-5)
+    # only train queries shape the vectors (val/test would leak the labels being scored)
+    assert sum(map(len, r.usage.values())) == sum(len(q.tools) for q in ds.split("train"))
+
+
+def test_unused_and_new_tools_keep_their_description_vector(tiny_bert_dir, synthetic_dataset_dir):
+    ds = read_dataset(synthetic_dataset_dir)
+    r = _t2v(tiny_bert_dir)
+    r.fit(ds)
+    r.index(ds.tools)
+    new = Tool("new", "get_tides", "returns tide times for a beach")
+    r.add_tools([new])
+    i = [t.id for t in r.tools].index("new")
+    assert torch.allclose(r.tool_vectors[i], r.embed([new.document()])[0], atol=1e-6)
+
+
+def test_usage_weight_zero_is_the_dense_retriever(tiny_bert_dir, synthetic_dataset_dir):
+    from toolgraph.retrieval.dense import DenseConfig
+
+    ds = read_dataset(synthetic_dataset_dir)
+    a = _t2v(tiny_bert_dir, usage_weight=0.0)
+    a.fit(ds)
+    a.index(ds.tools)
+    b = build_retriever(DenseConfig(model=str(tiny_bert_dir), cache_dir=None, progress=False))
+    b.index(ds.tools)
+    assert torch.allclose(a.tool_vectors, b.tool_vectors, atol=1e-6)
+    with pytest.raises(ValueError, match="usage_weight"):
+        _t2v(tiny_bert_dir, usage_weight=1.5)
+
+
+def test_evaluate_fits_on_train_and_saved_vectors_reload(tiny_bert_dir, synthetic_dataset_dir, tmp_path):
+    ds = read_dataset(synthetic_dataset_dir)
+    r = _t2v(tiny_bert_dir)
+    report = evaluate(r, ds, "test", EvalConfig(ks=[1, 5]))
+    assert r.usage and 0 <= report.metrics["recall@5"] <= 1
+    r.save(tmp_path / "t2v")
+    loaded = Retriever.load(tmp_path / "t2v")
+    assert torch.equal(loaded.tool_vectors, r.tool_vectors)
+    q = ["please tell me the weather"]
+    assert loaded.retrieve(q, 3).ids == r.retrieve(q, 3).ids

@@ -119,6 +119,42 @@ class ContrastiveBatchSampler(Sampler[list[tuple[int, int, int]]]):
         return len(self.plan())
 
 
+class ShuffledBatchSampler(Sampler[list[tuple[int, int]]]):
+    """Plain shuffled batches of (query index, draw seed) for tasks that read whole label sets
+    (classification, reranking). Deterministic in (seed, epoch); DDP ranks take every W-th batch of
+    one global plan (equal counts); ``skip`` drops batches already seen (mid-epoch resume). The
+    per-item draw seed lets a collator make random choices (candidate order) reproducibly."""
+
+    def __init__(self, n: int, batch_size: int, seed: int = 0, rank: int = 0, world: int = 1):
+        if n <= 0:
+            raise ValueError("no training queries")
+        self.n, self.batch_size, self.seed, self.rank, self.world = n, batch_size, seed, rank, world
+        self.epoch = 0
+        self.skip = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def plan(self) -> list[list[tuple[int, int]]]:
+        rng = random.Random(self.seed * 1_000_003 + self.epoch)
+        order = list(range(self.n))
+        rng.shuffle(order)
+        items = [(q, rng.randrange(2**31)) for q in order]
+        full = [items[i:i + self.batch_size] for i in range(0, self.n - self.batch_size + 1, self.batch_size)]
+        if not full:  # fewer queries than one batch: one short batch rather than nothing
+            full = [items]
+        usable = max(1, len(full) // self.world) * self.world
+        return (full * self.world)[:usable][self.rank::self.world]
+
+    def __iter__(self) -> Iterator[list[tuple[int, int]]]:
+        batches = self.plan()[self.skip:]
+        self.skip = 0
+        yield from batches
+
+    def __len__(self) -> int:
+        return len(self.plan())
+
+
 class _Identity(torch.utils.data.Dataset):
     """The batch sampler yields the items themselves; the collator turns them into tensors."""
 
@@ -181,6 +217,21 @@ class QueryCollator:
                 "gold": pad_gold([g for _, g in items]), "texts": [t for t, _ in items]}
 
 
+class LabelCollator:
+    """(query index, draw seed) items -> tokenized queries, padded gold tool indices and the seeds."""
+
+    def __init__(self, tokenizer, query_texts: list[str], gold: list[list[int]], max_query_length: int):
+        self.tok, self.query_texts, self.gold, self.max_q = tokenizer, query_texts, gold, max_query_length
+
+    def __call__(self, items: list[tuple[int, int]]) -> dict[str, Any]:
+        idx = [q for q, _ in items]
+        q = self.tok([self.query_texts[i] for i in idx], padding=True, truncation=True, max_length=self.max_q,
+                     return_tensors="pt")
+        return {"query": {k: v for k, v in q.items() if k in ("input_ids", "attention_mask")},
+                "gold": pad_gold([self.gold[i] for i in idx]), "index": torch.tensor(idx, dtype=torch.long),
+                "seeds": [s for _, s in items]}
+
+
 class ToolTextDataModule(L.LightningDataModule):
     """Serves a ToolDataset to encoder tasks. ``tools`` (sorted by id) fixes the tool indices."""
 
@@ -201,17 +252,23 @@ class ToolTextDataModule(L.LightningDataModule):
         trainer = getattr(self, "trainer", None)
         return (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
 
+    # ---- training batches: subclasses override these two hooks ------------------------------
+    def train_sampler(self, rank: int, world: int) -> Sampler:
+        return ContrastiveBatchSampler(self.train_gold, self.cfg.batch_size, self.seed, rank, world,
+                                       self.hard_negatives)
+
+    def train_collator(self) -> Any:
+        return ContrastiveCollator(self.tok, [q.text for q in self.train_queries], self.tool_texts, self.train_gold,
+                                   self.cfg.max_query_length, self.cfg.max_tool_length)
+
     def train_dataloader(self) -> DataLoader:
         rank, world = self._rank_world()
-        sampler = ContrastiveBatchSampler(self.train_gold, self.cfg.batch_size, self.seed, rank, world,
-                                          self.hard_negatives)
+        sampler = self.train_sampler(rank, world)
         if self.trainer is not None:
             sampler.set_epoch(self.trainer.current_epoch)
         sampler.skip, self._skip = self._skip, 0
         self._train_sampler = sampler
-        collate = ContrastiveCollator(self.tok, [q.text for q in self.train_queries], self.tool_texts, self.train_gold,
-                                      self.cfg.max_query_length, self.cfg.max_tool_length)
-        return DataLoader(_Identity(len(self.train_queries)), batch_sampler=sampler, collate_fn=collate,
+        return DataLoader(_Identity(len(self.train_queries)), batch_sampler=sampler, collate_fn=self.train_collator(),
                           num_workers=self.cfg.num_workers, generator=self._generator())
 
     def _eval_loader(self, split: str) -> DataLoader:
@@ -243,3 +300,14 @@ class ToolTextDataModule(L.LightningDataModule):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._skip = int(state.get("batches_done", 0))
+
+
+class LabelDataModule(ToolTextDataModule):
+    """Shuffled query batches with their whole gold sets (MLC, rerankers) instead of
+    (query, positive tool) pairs."""
+
+    def train_sampler(self, rank: int, world: int) -> Sampler:
+        return ShuffledBatchSampler(len(self.train_queries), self.cfg.batch_size, self.seed, rank, world)
+
+    def train_collator(self) -> Any:
+        return LabelCollator(self.tok, [q.text for q in self.train_queries], self.train_gold, self.cfg.max_query_length)

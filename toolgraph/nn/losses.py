@@ -54,3 +54,25 @@ def info_nce(q: torch.Tensor, d: torch.Tensor, positive: torch.Tensor, temperatu
     if mask is not None:
         logits = logits.masked_fill(mask, torch.finfo(logits.dtype).min)
     return F.cross_entropy(logits, positive)
+
+
+def multilabel_loss(logits: torch.Tensor, target: torch.Tensor, kind: str, valid: torch.Tensor | None = None) -> torch.Tensor:
+    """Loss of per-item logits [B, C] against a multi-hot ``target`` [B, C] (mean over rows).
+
+    ``bce``: independent sigmoid per item (what the Tool2Vec paper's text describes).
+    ``softmax``: cross-entropy of the softmax over items against the target spread evenly over the
+    row's positives, i.e. ``-mean_{g in gold} log p_g`` (what its public MLC code trains).
+    ``valid`` [B, C] False = padding (excluded from both losses)."""
+    target = target.to(logits.dtype)
+    if kind == "bce":
+        loss = F.binary_cross_entropy_with_logits(logits, target, reduction="none")  # [B, C]
+        if valid is None:
+            return loss.mean()
+        return (loss * valid).sum() / valid.sum().clamp(min=1)
+    if kind == "softmax":
+        if valid is not None:
+            logits = logits.masked_fill(~valid, torch.finfo(logits.dtype).min)
+        logp = F.log_softmax(logits, dim=1)  # [B, C]
+        n_pos = target.sum(1).clamp(min=1)  # [B]
+        return (-(logp.masked_fill(target == 0, 0) * target).sum(1) / n_pos).mean()
+    raise ValueError(f"loss must be 'bce' or 'softmax', got {kind!r}")

@@ -106,7 +106,7 @@ class RetrievalTask(L.LightningModule):
     # ---- Lightning ----------------------------------------------------------------------------
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
         loss = self.compute_loss(batch)
-        self.log("train/loss", loss, prog_bar=True, batch_size=batch["positive"].shape[0] if "positive" in batch else None)
+        self.log("train/loss", loss, prog_bar=True, batch_size=batch["gold"].shape[0])
         return loss
 
     def on_validation_epoch_start(self) -> None:

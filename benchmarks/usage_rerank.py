@@ -1,0 +1,177 @@
+"""Issue "usage-driven and classification retrieval": quality rows and stage latencies.
+
+    # a finished run (train.py out_dir) or evaluate.py --out folder -> one row
+    python benchmarks/usage_rerank.py add RUN_DIR --method refiner+mlc --setting standard --command "python train.py ..."
+    # median latency per query of each stage (batch 1 and 64), refiner vs cross-encoder over 64 candidates
+    python benchmarks/usage_rerank.py latency
+
+Rows go to benchmarks/results/usage_rerank.json and the README tables (markers ``usage`` and
+``usage-speed``). Latency is independent of trained weights, so it uses pretrained MiniLM
+everywhere (the rerank heads are freshly initialised); medians and ratios come from one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+from results_io import RESULTS, machine, quality_table, upsert, write_readme_table  # noqa: E402
+
+NAME = "usage_rerank"
+
+
+def add(args: argparse.Namespace) -> None:
+    res = json.loads((args.run / "results.json").read_text())
+    cfg = res["config"]
+    model = cfg.get("model") or cfg.get("retriever") or {}
+    encoder = model.get("encoder") or model.get("model") or "all-MiniLM-L6-v2"
+    row = {"method": args.method, "dataset": args.dataset or cfg["data"]["name"], "split": "test",
+           "setting": args.setting, "encoder": Path(str(encoder)).name,
+           "queries": res["dataset"]["queries"]["test"] if "queries" in res["dataset"] else None,
+           "metrics": {k: round(v, 4) for k, v in res["metrics"].items()}, "command": args.command}
+    if "training" in res:
+        row["training_steps"] = res["training"]["global_step"]
+        row["seconds"] = round(res["training"]["seconds"])
+    elif "timings" in res:
+        row["seconds"] = round(sum(v for k, v in res["timings"].items() if k.endswith("_s")))
+    upsert(NAME, [row])
+    render()
+    print(json.dumps({k: row.get(k) for k in ("method", "setting", "metrics", "training_steps", "seconds")}))
+
+
+def render() -> None:
+    rows = json.loads((RESULTS / f"{NAME}.json").read_text())["rows"]
+    quality = [r for r in rows if "recall@5" in r["metrics"]]
+    write_readme_table("usage", quality_table(quality, extra=("training_steps", "seconds")))
+    speed = [r for r in rows if r["setting"].startswith("latency")]
+    if speed:
+        lines = ["| stage | batch 1 (ms/query) | batch 64 (ms/query) | note |", "|---|---|---|---|"]
+        for r in speed:
+            m = r["metrics"]
+            lines.append(f"| {r['method']} | {m['ms_per_query_b1']} | {m['ms_per_query_b64']} | {r.get('note', '')} |")
+        ratio = next((r for r in rows if r["setting"] == "speed:refiner-vs-cross-encoder"), None)
+        if ratio:
+            m = ratio["metrics"]
+            lines.append(f"\nToolRefiner vs cross-encoder over the same 64 candidates (batch 1): "
+                         f"{m['refiner_ms']} ms vs {m['cross_encoder_ms']} ms, **{m['ratio']}× faster** "
+                         f"({ratio['machine']}).")
+        write_readme_table("usage-speed", "\n".join(lines))
+
+
+def latency(args: argparse.Namespace) -> None:
+    import torch
+
+    from toolgraph.config import DataConfig
+    from toolgraph.evaluation import prepare_dataset
+    from toolgraph.nn.encoder import TextEncoder, load_backbone
+    from toolgraph.nn.heads import ToolClassifier
+    from toolgraph.nn.rerankers import PairScorer, ToolRefiner
+    from toolgraph.retrieval.classifier import ClassifierRetriever, ClassifierRetrieverConfig
+    from toolgraph.retrieval.rerankers import (
+        CrossEncoderReranker,
+        CrossEncoderRerankerConfig,
+        RefinerReranker,
+        RefinerRerankerConfig,
+    )
+    from toolgraph.retrieval.tool2vec import Tool2VecConfig, Tool2VecRetriever
+
+    torch.manual_seed(0)
+    ds = prepare_dataset(DataConfig(name="toollens"))
+    queries = [q.text for q in ds.split("test")]
+    t2v = Tool2VecRetriever(Tool2VecConfig(model="all-MiniLM-L6-v2", cache_dir=".cache/embeddings", progress=False))
+    t2v.fit(ds)
+    t2v.index(ds.tools)
+    t2v.config.cache_dir = None  # timed queries must really be encoded
+    t2v._cache = None
+    backbone, tok = load_backbone("all-MiniLM-L6-v2")
+    mlc_net = ToolClassifier(TextEncoder(backbone, "mean", normalize=False), len(ds.tools))
+    mlc = ClassifierRetriever(ClassifierRetrieverConfig(cache_dir=None, progress=False, max_length=128,
+                                                        query_max_length=128),
+                              encoder=mlc_net.encoder, tokenizer=tok, head=mlc_net.head,
+                              head_tools=[t.id for t in t2v.tools])
+    mlc.index(ds.tools)
+    refiner = RefinerReranker(RefinerRerankerConfig(max_length=128), network=ToolRefiner(load_backbone(
+        "all-MiniLM-L6-v2")[0], 384).eval(), tokenizer=tok, vectors=t2v)
+    refiner.index(ds.tools)
+    cross = CrossEncoderReranker(CrossEncoderRerankerConfig(max_length=160, batch_size=64),
+                                 network=PairScorer(load_backbone("all-MiniLM-L6-v2")[0]).eval(), tokenizer=tok)
+    cross.index(ds.tools)
+    cands = t2v.retrieve(queries[:64], 64).ids  # the same 64 candidates for both rerankers
+
+    def per_query(fn, batch: int, repeats: int) -> float:
+        times = []
+        for r in range(repeats):
+            lo = (r * batch) % (len(queries) - batch)
+            qs = queries[lo:lo + batch]
+            t0 = time.perf_counter()
+            fn(qs, [cands[i % 64] for i in range(lo, lo + batch)])
+            times.append((time.perf_counter() - t0) / batch * 1000)
+        return round(statistics.median(times), 2)
+
+    stages = {
+        "tool2vec": (lambda qs, cs: t2v.retrieve(qs, 64), "encode the query + exact search over 464 tools"),
+        "mlc": (lambda qs, cs: mlc.retrieve(qs, 64), "encode the query + head logits"),
+        "refiner": (lambda qs, cs: refiner.rerank(qs, cs), "rerank 64 candidates (one pass: query + 64 slots)"),
+        "cross_encoder": (lambda qs, cs: cross.rerank(qs, cs), "rerank 64 candidates (64 pair passes)"),
+    }
+    for fn, _ in stages.values():  # warm-up
+        fn(queries[:2], cands[:2])
+    rows, b1 = [], {}
+    with torch.inference_mode():
+        for name, (fn, note) in stages.items():
+            b1[name] = per_query(fn, 1, args.repeats)
+            b64 = per_query(fn, 64, max(3, args.repeats // 10))
+            rows.append({"method": name, "dataset": "toollens", "split": "test", "setting": "latency",
+                         "metrics": {"ms_per_query_b1": b1[name], "ms_per_query_b64": b64}, "note": note,
+                         "machine": machine(), "command": "python benchmarks/usage_rerank.py latency"})
+            print(rows[-1]["method"], rows[-1]["metrics"], flush=True)
+        # the headline ratio: alternate the two rerankers so drifting load hits both alike
+        r_t, c_t = [], []
+        for i in range(args.repeats):
+            q, c = [queries[i]], [cands[i % 64]]
+            t0 = time.perf_counter()
+            refiner.rerank(q, c)
+            r_t.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            cross.rerank(q, c)
+            c_t.append(time.perf_counter() - t0)
+    r_ms, c_ms = statistics.median(r_t) * 1000, statistics.median(c_t) * 1000
+    rows.append({"method": "refiner", "dataset": "toollens", "split": "test",
+                 "setting": "speed:refiner-vs-cross-encoder", "machine": machine(),
+                 "metrics": {"refiner_ms": round(r_ms, 2), "cross_encoder_ms": round(c_ms, 2),
+                             "ratio": round(c_ms / r_ms, 1), "runs": args.repeats},
+                 "note": "batch 1, the same 64 Tool2Vec candidates, MiniLM backbones, alternating",
+                 "command": "python benchmarks/usage_rerank.py latency"})
+    print(rows[-1]["metrics"])
+    upsert(NAME, rows)
+    render()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    a = sub.add_parser("add")
+    a.add_argument("run", type=Path)
+    a.add_argument("--method", required=True)
+    a.add_argument("--setting", default="standard")
+    a.add_argument("--dataset")
+    a.add_argument("--command", required=True)
+    a.set_defaults(fn=add)
+    lat = sub.add_parser("latency")
+    lat.add_argument("--repeats", type=int, default=30)
+    lat.set_defaults(fn=latency)
+    args = ap.parse_args()
+    args.fn(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -69,3 +69,41 @@ def test_evaluate_fits_on_train_and_saved_vectors_reload(tiny_bert_dir, syntheti
     loaded.add_tools([Tool("new", "get_tides", "returns tide times for a beach")])
     keep = [i for i, t in enumerate(loaded.tools) if t.id != "new"]
     assert torch.allclose(loaded.tool_vectors[keep], r.tool_vectors, atol=1e-5)
+
+
+def test_query_pairs_share_a_tool_and_no_tool_repeats(synthetic_dataset_dir):
+    from toolgraph.tasks.tool2vec import QueryPairSampler
+
+    ds = read_dataset(synthetic_dataset_dir)
+    ids = sorted({t.id for t in ds.tools})
+    gold = [[ids.index(t) for t in q.tools] for q in ds.split("train")]
+    users = {}
+    for i, g in enumerate(gold):
+        for t in g:
+            users.setdefault(t, []).append(i)
+    s = QueryPairSampler(gold, users, 8, seed=1)
+    plan = s.plan()
+    repeats = sum(len(b) - len({t for _, t, _ in b}) for b in plan)
+    assert plan and repeats <= s.duplicates  # only the counted leftovers repeat a tool
+    for batch in plan:
+        for q, t, p in batch:
+            assert t in gold[q] and t in gold[p] and (p != q or users[t] == [q])
+    assert QueryPairSampler(gold, users, 8, seed=1).plan() == plan
+
+
+def test_query_to_query_fine_tuning_trains_and_exports_tool2vec(synthetic_dataset_dir, tiny_bert_dir, tmp_path):
+    from conftest import tiny_train_overrides
+
+    import toolgraph
+    from toolgraph.config import load_config
+    from toolgraph.training import TrainConfig, train
+
+    over = tiny_train_overrides(synthetic_dataset_dir, tiny_bert_dir, tmp_path, steps=30) + ["model.name=tool2vec"]
+    summary = train(load_config(TrainConfig, [], over))
+    assert summary["metrics"]["recall@3"] > 0.5  # chance ~0.12
+    for k in ("recall@1", "recall@3", "ndcg@5"):
+        assert summary["test"][f"test/{k}"] == pytest.approx(summary["metrics"][k], abs=1e-5)
+    a, b = toolgraph.load(tmp_path), toolgraph.load(summary["best_checkpoint"])
+    assert a.name == b.name == "tool2vec" and a.usage == b.usage
+    q = ["please tell me the weather"]
+    assert a.retrieve(q, 3).ids == b.retrieve(q, 3).ids

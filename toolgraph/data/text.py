@@ -95,12 +95,10 @@ class ContrastiveBatchSampler(Sampler[list[tuple[int, int, int]]]):
                         full.append(open_batches.pop()[0])
                 else:
                     waiting.append(q)
-        self.duplicates = 0
         rest = [pair for batch, _ in open_batches for pair in batch]
-        for q in waiting:  # no duplicate-free place left: accept a repeated positive tool
-            rest.append((q, prefs[q][0]))
-            self.duplicates += 1
+        rest += [(q, prefs[q][0]) for q in waiting]  # no duplicate-free place left: accept a repeated tool
         full += [rest[i:i + self.batch_size] for i in range(0, len(rest) - self.batch_size + 1, self.batch_size)]
+        self.duplicates = sum(len(b) - len({t for _, t in b}) for b in full)
         rng.shuffle(full)
         usable = len(full) // self.world * self.world
         plan = [[(q, t, rng.choice(self.hard[q]) if self.hard else -1) for q, t in batch]

@@ -19,8 +19,13 @@ from typing import Any
 import torch
 
 from toolgraph.data.schema import Tool, ToolDataset
-from toolgraph.data.text import (ContrastiveBatchSampler, ContrastiveCollator, TextDataConfig, ToolTextDataModule,
-                                 pad_gold)
+from toolgraph.data.text import (
+    ContrastiveBatchSampler,
+    ContrastiveCollator,
+    TextDataConfig,
+    ToolTextDataModule,
+    pad_gold,
+)
 from toolgraph.registry import TASKS
 from toolgraph.tasks.bi_encoder import BiEncoderConfig, BiEncoderTask
 

@@ -64,3 +64,25 @@ def test_torchrun_two_nodes_on_localhost(synthetic_dataset_dir, tiny_bert_dir, t
     assert [p.returncode for p in procs] == [0, 0], logs[0][-3000:] + logs[1][-3000:]
     assert "GLOBAL_RANK: 1, MEMBER: 2/2" in "".join(logs)  # two ranks formed one world
     _check_run(out, 8)
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("task", ["mlc", "refiner"])
+def test_label_and_rerank_tasks_under_ddp(task, synthetic_dataset_dir, tiny_bert_dir, tmp_path):
+    """Shuffled label batches and first-stage candidates sharded over 2 gloo ranks."""
+    out = tmp_path / task
+    over = [o for o in tiny_train_overrides(synthetic_dataset_dir, tiny_bert_dir, out, steps=6)
+            if not o.startswith(("model.", "trainer.devices", "trainer.val_check_interval"))]
+    over += ["trainer.devices=2", "trainer.strategy=ddp", "trainer.val_check_interval=3", f"model.name={task}",
+             f"model.encoder={tiny_bert_dir}"]
+    if task == "refiner":
+        over += ["model.first_stage=bm25", "model.vectors=description", f"model.vector_encoder={tiny_bert_dir}",
+                 "model.cache_dir=null", "model.candidates=6"]
+    proc = subprocess.run([sys.executable, str(ROOT / "train.py"), *over], env=_env(), capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "GLOBAL_RANK: 1, MEMBER: 2/2" in proc.stderr + proc.stdout
+    _check_run(out, 6)
+    res = json.loads((out / "results.json").read_text())
+    # the Lightning test (queries sharded over 2 ranks, metric states summed) equals the exported evaluation
+    assert res["training"]["test"]["test/recall@3"] == pytest.approx(res["metrics"]["recall@3"], abs=1e-5)

@@ -43,6 +43,12 @@ def add(args: argparse.Namespace) -> None:
         row["seconds"] = round(res["training"]["seconds"])
     elif "timings" in res:
         row["seconds"] = round(sum(v for k, v in res["timings"].items() if k.endswith("_s")))
+    if args.training_steps is not None:  # e.g. a run stopped early and evaluated from a checkpoint
+        row["training_steps"] = args.training_steps
+    if args.seconds is not None:
+        row["seconds"] = args.seconds
+    if args.note:
+        row["note"] = args.note
     upsert(NAME, [row])
     render()
     print(json.dumps({k: row.get(k) for k in ("method", "setting", "metrics", "training_steps", "seconds")}))
@@ -165,6 +171,9 @@ def main() -> None:
     a.add_argument("--setting", default="standard")
     a.add_argument("--dataset")
     a.add_argument("--command", required=True)
+    a.add_argument("--training-steps", type=int)
+    a.add_argument("--seconds", type=int)
+    a.add_argument("--note")
     a.set_defaults(fn=add)
     lat = sub.add_parser("latency")
     lat.add_argument("--repeats", type=int, default=30)

@@ -70,3 +70,13 @@ def test_tools_the_head_never_saw_rank_last_or_fail(trained):
     r.config.unseen = "error"
     with pytest.raises(DataError, match="no output for 1 tool"):
         r.index(r.tools)
+
+
+def test_export_command_writes_the_checkpoints_retriever(trained, tmp_path, capsys):
+    from toolgraph.cli import main
+
+    out, summary = trained
+    assert main(["export", "--checkpoint", summary["best_checkpoint"], "--out", str(tmp_path / "exp")]) == 0
+    assert "mlc retriever over 24 tools" in capsys.readouterr().out
+    q = ["please tell me the music"]
+    assert toolgraph.load(tmp_path / "exp").retrieve(q, 3).ids == toolgraph.load(out).retrieve(q, 3).ids

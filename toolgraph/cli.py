@@ -143,6 +143,16 @@ def cmd_retrieve(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    """A checkpoint (e.g. one kept mid-run) -> the retriever folder train.py would have exported."""
+    from toolgraph.inference import load_task
+
+    task = load_task(args.checkpoint)
+    retriever = task.export_retriever(args.out)
+    print(f"wrote {args.out}: {retriever.name} retriever over {len(retriever.tools)} tools")
+    return 0
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from toolgraph.evaluation import format_table
 
@@ -185,6 +195,11 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("-k", type=int, default=5)
     q.add_argument("queries", nargs="+")
     q.set_defaults(fn=cmd_retrieve)
+
+    x = sub.add_parser("export", help="export the retriever of a .ckpt to a folder (toolgraph.load reads it)")
+    x.add_argument("--checkpoint", required=True, help="a toolgraph .ckpt")
+    x.add_argument("--out", required=True, help="output folder")
+    x.set_defaults(fn=cmd_export)
 
     r = sub.add_parser("report", help="print the metrics table of evaluation folders")
     r.add_argument("dirs", nargs="+")

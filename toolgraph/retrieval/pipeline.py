@@ -53,6 +53,16 @@ def resolve_retriever(spec: Any, where: str, base: Path | None = None) -> Retrie
     raise ConfigError(f"{where}: expected a path or a retriever config, got {type(spec).__name__}")
 
 
+def _save_with(r: Retriever, folder: Path, **members: Any) -> Path:
+    """Save a composed retriever with its member specs replaced by the subfolders they were saved to."""
+    spec = r.config
+    r.config = type(spec)(**{**vars(spec), **members})
+    try:
+        return Retriever.save(r, folder)
+    finally:
+        r.config = spec
+
+
 class Reranker(Retriever):
     """A retriever that can also score a given candidate list per query (the second stage)."""
 
@@ -138,13 +148,7 @@ class PipelineRetriever(Retriever):
         folder = Path(folder)
         first.save(folder / "first_stage")
         rerank.save(folder / "reranker")
-        spec = self.config
-        self.config = PipelineConfig(tool_text=spec.tool_text, first_stage="first_stage", reranker="reranker",
-                                     depth=spec.depth)
-        try:
-            return super().save(folder)
-        finally:
-            self.config = spec
+        return _save_with(self, folder, first_stage="first_stage", reranker="reranker")
 
     def _load_state(self, folder: Path) -> None:
         self._base = folder
@@ -212,13 +216,7 @@ class FusionRetriever(Retriever):
         for i, m in enumerate(self._members()):
             m.save(folder / f"member_{i}")
             names.append(f"member_{i}")
-        spec = self.config
-        self.config = FusionConfig(tool_text=spec.tool_text, members=names, weights=spec.weights, rrf_k=spec.rrf_k,
-                                   depth=spec.depth)
-        try:
-            return super().save(folder)
-        finally:
-            self.config = spec
+        return _save_with(self, folder, members=names)
 
     def _load_state(self, folder: Path) -> None:
         self._base = folder

@@ -13,7 +13,6 @@ from __future__ import annotations
 import copy
 import random
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -129,13 +128,4 @@ class Tool2VecTask(BiEncoderTask):
         r.usage = self.usage
         r.index(self.catalog if tools is None else tools)
         enc.train(was_training)
-        return r
-
-    def export_retriever(self, folder: str | Path, tools: list[Tool] | None = None) -> Any:
-        from toolgraph.export import export_sentence_transformer
-
-        folder = Path(folder)
-        r = self.as_retriever(tools)
-        export_sentence_transformer(self.query_encoder, self.tokenizer, folder / "encoder", self.cfg.data.max_tool_length)
-        r.save(folder)
         return r

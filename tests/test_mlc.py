@@ -80,3 +80,16 @@ def test_export_command_writes_the_checkpoints_retriever(trained, tmp_path, caps
     assert "mlc retriever over 24 tools" in capsys.readouterr().out
     q = ["please tell me the music"]
     assert toolgraph.load(tmp_path / "exp").retrieve(q, 3).ids == toolgraph.load(out).retrieve(q, 3).ids
+
+
+def test_resaved_and_in_memory_retrievers_carry_their_encoder(trained, tmp_path):
+    from toolgraph.inference import load_task
+
+    out, summary = trained
+    q = ["please tell me the music"]
+    want = toolgraph.load(out).retrieve(q, 3).ids
+    toolgraph.load(out).save(tmp_path / "copy")  # e.g. a pipeline saving its first stage
+    load_task(summary["best_checkpoint"]).as_retriever().save(tmp_path / "mem")
+    for folder in ("copy", "mem"):
+        assert (tmp_path / folder / "encoder" / "config.json").is_file()
+        assert toolgraph.load(tmp_path / folder).retrieve(q, 3).ids == want

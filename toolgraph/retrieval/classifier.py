@@ -64,6 +64,7 @@ class ClassifierRetriever(DenseRetriever):
     def _save_state(self, folder: Path) -> None:
         save_file({"weight": self.weight.contiguous(), "bias": self.bias.contiguous()}, str(folder / "head.safetensors"))
         (folder / "head_tools.json").write_text(json.dumps(self.head_tools) + "\n")
+        self._save_encoder(folder)
 
     def _load_state(self, folder: Path) -> None:
         self._base_dir = folder

@@ -8,12 +8,14 @@ re-evaluating an unchanged model encodes nothing, and ``add_tools`` encodes only
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
 
+from toolgraph.nn.encoder import _MINILM as _NAMED
 from toolgraph.nn.encoder import TextEncoder, load_backbone
 from toolgraph.registry import RETRIEVERS
 from toolgraph.retrieval.base import Retriever, RetrieverConfig
@@ -127,6 +129,21 @@ class DenseRetriever(Retriever):
     # ---- persistence ------------------------------------------------------------------------
     def _save_state(self, folder: Path) -> None:
         save_file({"tool_vectors": self.tool_vectors.contiguous()}, str(folder / "tool_vectors.safetensors"))
+        self._save_encoder(folder)
+
+    def _save_encoder(self, folder: Path) -> None:
+        """A model named by a folder relative to the saved retriever travels with it (e.g. a loaded
+        retriever re-saved as a pipeline's first stage, or an in-memory encoder from a task)."""
+        model = self.config.model
+        target = folder / model
+        if Path(model).is_absolute() or target.exists():
+            return
+        if self._base_dir is not None and (self._base_dir / model).is_dir():
+            shutil.copytree(self._base_dir / model, target)
+        elif self._encoder is not None and "/" not in model and not Path(model).is_dir() and model not in _NAMED:
+            from toolgraph.export import export_sentence_transformer
+
+            export_sentence_transformer(self._encoder, self._tokenizer, target, self.config.max_length)
 
     def _load_state(self, folder: Path) -> None:
         self._base_dir = folder

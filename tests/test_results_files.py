@@ -1,0 +1,36 @@
+"""Committed figures: every results row says what it is and the command that made it, and the
+README tables generated from a file agree with it."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULT_FILES = sorted(p for p in (ROOT / "benchmarks" / "results").glob("*.json") if p.name != "datasets.json")
+KEY = ("method", "dataset", "split", "setting")
+
+
+@pytest.mark.parametrize("path", RESULT_FILES, ids=[p.stem for p in RESULT_FILES])
+def test_rows_have_the_documented_shape_and_a_command(path):
+    rows = json.loads(path.read_text())["rows"]
+    assert rows
+    for r in rows:
+        assert set(KEY) | {"metrics", "command"} <= set(r), (path.name, r.get("method"))
+        assert r["command"].startswith("python ") and isinstance(r["metrics"], dict) and r["metrics"]
+    keys = [tuple(r[k] for k in KEY) for r in rows]
+    assert len(keys) == len(set(keys)), f"{path.name}: duplicate (method, dataset, split, setting)"
+
+
+def test_usage_table_in_readme_is_generated_from_its_results_file():
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from results_io import quality_table
+
+    rows = json.loads((ROOT / "benchmarks/results/usage_rerank.json").read_text())["rows"]
+    table = quality_table([r for r in rows if "recall@5" in r["metrics"]], extra=("training_steps", "seconds"))
+    readme = (ROOT / "README.md").read_text()
+    block = re.search(r"<!-- usage:start -->\n(.*?)<!-- usage:end -->", readme, re.S).group(1)
+    assert block.strip() == table.strip()

@@ -49,6 +49,11 @@ def add(args: argparse.Namespace) -> None:
         row["seconds"] = args.seconds
     if args.note:
         row["note"] = args.note
+    if args.test_curve:  # test Recall@5 of every checkpoint the run kept (checkpoint.save_top_k=-1)
+        from training_results import test_curve, val_curve
+
+        row["val_curve"] = val_curve(args.run)
+        row["test_curve"] = test_curve(args.run)
     upsert(NAME, [row])
     render()
     print(json.dumps({k: row.get(k) for k in ("method", "setting", "metrics", "training_steps", "seconds")}))
@@ -174,6 +179,7 @@ def main() -> None:
     a.add_argument("--training-steps", type=int)
     a.add_argument("--seconds", type=int)
     a.add_argument("--note")
+    a.add_argument("--test-curve", action="store_true")
     a.set_defaults(fn=add)
     lat = sub.add_parser("latency")
     lat.add_argument("--repeats", type=int, default=30)

@@ -49,10 +49,13 @@ def add(args: argparse.Namespace) -> None:
         row["seconds"] = args.seconds
     if args.note:
         row["note"] = args.note
-    if args.test_curve:  # test Recall@5 of every checkpoint the run kept (checkpoint.save_top_k=-1)
-        from training_results import test_curve, val_curve
+    if (args.run / "logs" / "metrics.csv").is_file():
+        from training_results import val_curve
 
         row["val_curve"] = val_curve(args.run)
+    if args.test_curve:  # test Recall@5 of every checkpoint the run kept (checkpoint.save_top_k=-1)
+        from training_results import test_curve
+
         row["test_curve"] = test_curve(args.run)
     upsert(NAME, [row])
     render()

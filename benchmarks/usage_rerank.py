@@ -42,7 +42,7 @@ def add(args: argparse.Namespace) -> None:
         row["training_steps"] = res["training"]["global_step"]
         row["seconds"] = round(res["training"]["seconds"])
     elif "timings" in res:
-        row["seconds"] = round(sum(v for k, v in res["timings"].items() if k.endswith("_s")))
+        row["seconds"] = round(res["timings"].get("index_s", 0) + res["timings"].get("retrieve_s", 0))
     if args.training_steps is not None:  # e.g. a run stopped early and evaluated from a checkpoint
         row["training_steps"] = args.training_steps
     if args.seconds is not None:

@@ -170,3 +170,16 @@ def test_refiner_scores_do_not_depend_on_batch_padding(tiny_bert_dir):
         a = net(both["input_ids"], both["attention_mask"], vecs, mask)[0]
         b = net(alone["input_ids"], alone["attention_mask"], vecs[:1], mask[:1])[0]
     assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_cross_encoder_truncates_a_query_longer_than_the_pair_budget(tiny_bert_dir, tiny_dataset_dir):
+    from toolgraph.nn.encoder import load_backbone
+    from toolgraph.nn.rerankers import PairScorer
+    from toolgraph.retrieval.rerankers import CrossEncoderReranker, CrossEncoderRerankerConfig
+
+    backbone, tok = load_backbone(str(tiny_bert_dir))
+    r = CrossEncoderReranker(CrossEncoderRerankerConfig(max_length=16), network=PairScorer(backbone).eval(),
+                             tokenizer=tok)
+    r.index(read_dataset(tiny_dataset_dir).tools)
+    scores = r.rerank(["weather " * 60], [["t1", "t2"]])  # the query alone is far over 16 tokens
+    assert scores.shape == (1, 2) and torch.isfinite(scores).all()

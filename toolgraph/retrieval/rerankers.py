@@ -168,7 +168,7 @@ class CrossEncoderReranker(_NetworkReranker):
         for lo in range(0, len(pairs), bs):
             chunk = pairs[lo:lo + bs]
             tok = self.tokenizer([queries[q] for q, _ in chunk], [doc[candidates[q][j]] for q, j in chunk],
-                                 padding=True, truncation="only_second", max_length=self.config.max_length,
+                                 padding=True, truncation="longest_first", max_length=self.config.max_length,
                                  return_tensors="pt")
             tok = {k: v.to(device) for k, v in tok.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
             logits = net(**tok).float().cpu()  # [P]

@@ -45,7 +45,7 @@ class CrossEncoderTask(RerankTask):
         rows, cols = valid.nonzero(as_tuple=True)
         texts = batch["texts"]
         tok = self.tokenizer([texts[i] for i in rows.tolist()], [self._docs[j] for j in cands[valid].tolist()],
-                             padding=True, truncation="only_second", max_length=self.model_cfg.max_pair_length,
+                             padding=True, truncation="longest_first", max_length=self.model_cfg.max_pair_length,
                              return_tensors="pt")
         tok = {k: v.to(self.device) for k, v in tok.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
         logits = self.network(**tok)  # [P]

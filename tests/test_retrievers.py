@@ -164,3 +164,16 @@ def test_query_truncation_is_separate_from_tool_truncation_and_cached_apart(tiny
     a, b = short.encode_queries([long_query]), full.encode_queries([long_query])
     assert not torch.allclose(a, b)  # truncated at 6 tokens vs 256: different vectors, different keys
     assert torch.allclose(full.encode_queries([long_query]), b)
+
+
+def test_repeated_texts_are_encoded_once(tiny_bert_dir, monkeypatch):
+    from toolgraph.retrieval import dense
+
+    calls = []
+    real = dense.encode_texts
+    monkeypatch.setattr(dense, "encode_texts", lambda enc, tok, texts, *a, **k: calls.append(list(texts)) or real(
+        enc, tok, texts, *a, **k))
+    r = dense.DenseRetriever(dense.DenseConfig(model=str(tiny_bert_dir), cache_dir=None, progress=False))
+    vecs = r.embed(["a b", "c d", "a b", "a b"])
+    assert calls == [["a b", "c d"]]
+    assert torch.equal(vecs[0], vecs[2]) and torch.equal(vecs[0], vecs[3])

@@ -85,10 +85,12 @@ class DenseRetriever(Retriever):
         for i, v in found.items():
             out[i] = v
         if missing:
-            todo = [texts[i] for i in missing]
+            todo = list(dict.fromkeys(texts[i] for i in missing))  # each distinct text once (Tool2Vec repeats
+            # a query once per tool it uses: 40k usage texts are 15k queries on ToolLens)
             vecs = encode_texts(self.encoder, self._tokenizer, todo, self.config.batch_size, max_length,
                                 self.device, progress=what if self.config.progress else False)
-            out[missing] = vecs
+            row = {t: i for i, t in enumerate(todo)}
+            out[missing] = vecs[[row[texts[i]] for i in missing]]
             self.cache.put(todo, vecs, max_length)
             self.cache.flush()
         return out

@@ -93,3 +93,15 @@ def test_resaved_and_in_memory_retrievers_carry_their_encoder(trained, tmp_path)
     for folder in ("copy", "mem"):
         assert (tmp_path / folder / "encoder" / "config.json").is_file()
         assert toolgraph.load(tmp_path / folder).retrieve(q, 3).ids == want
+
+
+def test_head_learns_at_its_own_rate(trained):
+    from toolgraph.inference import load_task
+
+    _, summary = trained
+    task = load_task(summary["best_checkpoint"])
+    groups = task.param_groups()
+    head = {id(p) for p in task.model.head.parameters()}
+    fast = [g for g in groups if g.get("lr") == 5e-2]
+    assert fast and {id(p) for g in fast for p in g["params"]} == head
+    assert sum(len(g["params"]) for g in groups) == len({id(p) for p in task.parameters()})

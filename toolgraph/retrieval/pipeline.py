@@ -11,6 +11,7 @@ A pipeline saves as one folder (``first_stage/``, ``reranker/``) and loads with 
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,9 +67,9 @@ def _save_with(r: Retriever, folder: Path, **members: Any) -> Path:
 class Reranker(Retriever):
     """A retriever that can also score a given candidate list per query (the second stage)."""
 
+    @abstractmethod
     def rerank(self, queries: list[str], candidates: list[list[str]]) -> torch.Tensor:
         """[Q, max N] scores of each query's candidates (padding: BELOW*10)."""
-        raise NotImplementedError
 
     def score(self, queries: list[str]) -> torch.Tensor:
         ids = [t.id for t in self.tools]

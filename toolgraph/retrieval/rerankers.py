@@ -8,6 +8,7 @@ feed it: Tool2Vec or description vectors, so new tools get a vector the same way
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,8 +43,9 @@ class _NetworkReranker(Reranker):
         self.network, self.tokenizer = network, tokenizer
         self._base: Path | None = None
 
+    @abstractmethod
     def _make_network(self, backbone: torch.nn.Module, head: dict[str, torch.Tensor]) -> torch.nn.Module:
-        raise NotImplementedError
+        """The network around a loaded backbone (``head``: the saved non-backbone tensors)."""
 
     def net(self) -> torch.nn.Module:
         if self.network is None:

@@ -97,8 +97,23 @@ class RetrievalTask(L.LightningModule):
         for _, p in self.named_parameters():
             if p.requires_grad:
                 (no_decay if p.ndim < 2 else decay).append(p)
-        return [{"params": decay, "weight_decay": self.cfg.optim.weight_decay},
-                {"params": no_decay, "weight_decay": 0.0}]
+        groups = [{"params": decay, "weight_decay": self.cfg.optim.weight_decay},
+                  {"params": no_decay, "weight_decay": 0.0}]
+        lr, body = getattr(self.model_cfg, "head_lr", None), self.encoder_parameters()
+        if lr is None or body is None:
+            return groups
+        body_ids = {id(p) for p in body}  # pretrained encoder at optim.lr; new layers on top at head_lr
+        out = []
+        for g in groups:
+            enc = [p for p in g["params"] if id(p) in body_ids]
+            top = [p for p in g["params"] if id(p) not in body_ids]
+            out += [{**g, "params": enc}] if enc else []
+            out += [{**g, "params": top, "lr": lr}] if top else []
+        return out
+
+    def encoder_parameters(self) -> list[torch.nn.Parameter] | None:
+        """The pretrained part, for tasks whose new head learns at ``model.head_lr`` (None: one lr)."""
+        return None
 
     def checkpoint_artifacts(self) -> dict[str, Any]:
         return {}

@@ -64,19 +64,8 @@ class ClassifierTask(RetrievalTask):
             torch.nn.init.constant_(self.model.head.bias, float(torch.logit(torch.tensor(rate))))
         return dm
 
-    def param_groups(self) -> list[dict[str, Any]]:
-        groups = super().param_groups()
-        head = {id(p) for p in self.model.head.parameters()}
-        lr = self.model_cfg.head_lr
-        if lr is None:
-            return groups
-        out = []
-        for g in groups:
-            body = [p for p in g["params"] if id(p) not in head]
-            top = [p for p in g["params"] if id(p) in head]
-            out += [{**g, "params": body}] if body else []
-            out += [{**g, "params": top, "lr": lr}] if top else []
-        return out
+    def encoder_parameters(self) -> list[torch.nn.Parameter]:
+        return list(self.encoder.parameters())
 
     def compute_loss(self, batch: dict[str, Any]) -> torch.Tensor:
         logits = self.model(**batch["query"])  # [B, T]

@@ -124,20 +124,6 @@ class RerankTask(RetrievalTask):
         full[rows[valid], cands[valid]] = logits[valid]
         return full  # [B, T]
 
-    def param_groups(self) -> list[dict[str, Any]]:
-        groups = super().param_groups()
-        lr = self.model_cfg.head_lr
-        if lr is None:
-            return groups
-        body_ids = {id(p) for p in self.encoder_parameters()}
-        out = []
-        for g in groups:
-            body = [p for p in g["params"] if id(p) in body_ids]
-            top = [p for p in g["params"] if id(p) not in body_ids]
-            out += [{**g, "params": body}] if body else []
-            out += [{**g, "params": top, "lr": lr}] if top else []
-        return out
-
     @abstractmethod
     def encoder_parameters(self) -> list[torch.nn.Parameter]: ...
 

@@ -101,3 +101,54 @@ def tiny_train_overrides(data_dir: Path, model_dir: Path, out_dir: Path, steps: 
             f"trainer.max_steps={steps}", "trainer.max_epochs=100", "trainer.val_check_interval=7", "trainer.accelerator=cpu",
             "trainer.devices=1", "trainer.enable_progress_bar=false", "trainer.log_every_n_steps=1",
             "logger.wandb=false", "eval.ks=[1,3,5]", "checkpoint.monitor=val/recall@3"]
+
+
+@pytest.fixture(scope="session")
+def dependency_dataset_dir(tmp_path_factory) -> Path:
+    """40 tools: 16 services each needing its own login tool (``do_<w>`` takes ``<w>_token``, which
+    ``login_<w>`` returns) plus 8 unrelated tools; 80 train queries using one or two services (each with
+    its login) or a lone tool. The dependency is readable from parameters and returns."""
+    import json
+    import random
+
+    rng = random.Random(0)
+    words = ["bank", "mail", "shop", "music", "drive", "photo", "chat", "bike", "cloud", "game", "tax", "vote",
+             "ticket", "health", "school", "garden"]
+    folder = tmp_path_factory.mktemp("dependencies")
+    tools, deps, queries = [], [], []
+    for w in words:
+        tools.append({"id": f"login_{w}", "name": f"login_{w}", "description": f"sign in to the {w} service",
+                      "category": w, "parameters": {"properties": {"user": {}, "password": {}}},
+                      "returns": {f"{w}_token": {"type": "str"}}})
+        tools.append({"id": f"do_{w}", "name": f"use_{w}", "description": f"perform an action in the {w} service",
+                      "category": w, "parameters": {"properties": {f"{w}_token": {}, "action": {}}},
+                      "returns": {"status": {"type": "str"}}})
+        deps.append({"source": f"do_{w}", "target": f"login_{w}", "kind": "data"})
+    for i in range(8):
+        tools.append({"id": f"misc{i}", "name": f"misc_tool_{i}", "description": f"miscellaneous helper number {i}"})
+    for i in range(80):
+        w, v = rng.sample(words, 2)
+        gold = ([f"login_{w}", f"do_{w}"] if i % 3 == 0 else
+                [f"login_{w}", f"do_{w}", f"login_{v}", f"do_{v}"] if i % 3 == 1 else [f"misc{i % 8}"])
+        queries.append({"id": f"q{i}", "text": f"please handle my {w} request {i}", "tools": gold, "split": "train"})
+    for name, rows in [("tools", tools), ("queries", queries), ("dependencies", deps)]:
+        (folder / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_discriminator_ckpt(dependency_dataset_dir, tiny_bert_dir, tmp_path_factory) -> Path:
+    """A tiny-BERT dependency discriminator trained 6 steps on the dependency fixture's TDI pairs."""
+    from toolgraph.config import load_config
+    from toolgraph.data.tdi import TDIConfig, build_tdi, write_tdi
+    from toolgraph.training import TrainConfig, train
+
+    tdi = write_tdi(build_tdi(TDIConfig(sources=[{"dataset": str(dependency_dataset_dir)}], test_fraction=0.25,
+                                        tool_text="io")), tmp_path_factory.mktemp("tdi-fixture"))
+    out = tmp_path_factory.mktemp("discriminator")
+    over = [f"data.name={tdi}", f"model.encoder={tiny_bert_dir}", "model.stage=pretrain", f"out_dir={out}",
+            "data.batch_size=8", "model.max_pair_length=48", "optim.lr=1e-3", "trainer.max_steps=6",
+            "trainer.max_epochs=100", "trainer.val_check_interval=1.0", "trainer.accelerator=cpu", "trainer.devices=1",
+            "trainer.enable_progress_bar=false", "logger.wandb=false", "checkpoint.monitor=val/macro_f1"]
+    summary = train(load_config(TrainConfig, [{"model": {"name": "discriminator"}}], over))
+    return Path(summary["best_checkpoint"])

@@ -116,3 +116,45 @@ def test_without_gather_the_negatives_shrink():
     halves = [_loss(model, x_q[s], x_d[s], gold[s], doc_tools[s], torch.arange(4)).item()
               for s in (slice(0, 4), slice(4, 8))]
     assert sum(halves) / 2 < full
+
+
+def test_category_averaged_loss_matches_hand_computation():
+    """TGR eq. 2: each class's summed loss divided by N_k (its count in the batch)."""
+    import math
+
+    from toolgraph.nn.losses import category_averaged_ce
+
+    logits = torch.tensor([[2.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 0.5], [1.0, 1.0, 1.0], [0.0, 3.0, 0.0]])
+    labels = torch.tensor([0, 1, 1, 1, 2])
+
+    def ce(row, k):
+        return -math.log(math.exp(row[k]) / sum(math.exp(v) for v in row))
+
+    rows = logits.tolist()
+    l0 = ce(rows[0], 0) / 1
+    l1 = (ce(rows[1], 1) + ce(rows[2], 1) + ce(rows[3], 1)) / 3
+    l2 = ce(rows[4], 2) / 1
+    assert category_averaged_ce(logits, labels).item() == pytest.approx(l0 + l1 + l2, rel=1e-6)
+    # weights scale each example's term; N_k still counts examples
+    w = torch.tensor([1.0, 0.5, 1.0, 1.0, 2.0])
+    l1w = (0.5 * ce(rows[1], 1) + ce(rows[2], 1) + ce(rows[3], 1)) / 3
+    assert category_averaged_ce(logits, labels, w).item() == pytest.approx(l0 + l1w + 2 * l2, rel=1e-6)
+    # dataset counts: N_k scaled to its expected count in a batch of 5 (counts 10/80/10 of 100)
+    counts = torch.tensor([10.0, 80.0, 10.0])
+    n = [10 * 5 / 100, 80 * 5 / 100, 10 * 5 / 100]
+    expected = ce(rows[0], 0) / n[0] + (ce(rows[1], 1) + ce(rows[2], 1) + ce(rows[3], 1)) / n[1] + ce(rows[4], 2) / n[2]
+    assert category_averaged_ce(logits, labels, class_counts=counts).item() == pytest.approx(expected, rel=1e-6)
+
+
+def test_category_averaged_loss_ignores_absent_classes_and_equals_ce_when_balanced():
+    from toolgraph.nn.losses import category_averaged_ce
+
+    torch.manual_seed(0)
+    logits = torch.randn(6, 3)
+    labels = torch.tensor([0, 0, 2, 2, 0, 2])  # class 1 absent: no term, no NaN
+    value = category_averaged_ce(logits, labels)
+    assert torch.isfinite(value)
+    balanced = torch.tensor([0, 1, 2, 0, 1, 2])
+    # with equal counts, sum_k mean_k = K * mean over the batch
+    assert category_averaged_ce(logits, balanced).item() == pytest.approx(
+        3 * torch.nn.functional.cross_entropy(logits, balanced).item(), rel=1e-6)

@@ -36,6 +36,8 @@ def cmd_data(args: argparse.Namespace) -> int:
     from toolgraph.data.formats import write_dataset
     from toolgraph.registry import DATASETS
 
+    if args.action == "tdi":
+        return cmd_tdi(args)
     if args.action == "list":
         for name in DATASETS.names():
             doc = (DATASETS.get(name).__doc__ or "").strip().splitlines()
@@ -56,6 +58,54 @@ def cmd_data(args: argparse.Namespace) -> int:
         raise ToolgraphError("toolgraph data export NAME DIR: DIR missing")
     folder = write_dataset(ds, args.dir)
     print(f"wrote {folder} ({len(ds.tools)} tools, {len(ds.queries)} queries)")
+    return 0
+
+
+def cmd_tdi(args: argparse.Namespace) -> int:
+    """toolgraph data tdi build OUT [key=value ...]: the dependency pair sets, with counts."""
+    from toolgraph.config import load_config
+    from toolgraph.data.tdi import TDIConfig, build_tdi, write_tdi
+
+    if args.name != "build" or not args.dir:
+        raise ToolgraphError("usage: toolgraph data tdi build OUT [key=value ...] (TDIConfig keys, e.g. seed=1)")
+    cfg = load_config(TDIConfig, [], args.options)
+    tdi = build_tdi(cfg, args.root)
+    folder = write_tdi(tdi, args.dir)
+    counts = tdi.counts()
+    for name in tdi.pairs:
+        c = counts[name]
+        per_class = ", ".join(f"{k} {v}" for k, v in c["per_class"].items())
+        print(f"{name:9s} {c['total']:6d} pairs ({per_class}; {c['tools']} tools)")
+        for source, by in c["per_source"].items():
+            print(f"    {source:12s} " + ", ".join(f"{k} {v}" for k, v in by.items()))
+    for reason, n in counts["dropped"].items():
+        print(f"dropped   {n:6d} {reason}")
+    print(f"wrote {folder}")
+    return 0
+
+
+def cmd_graph(args: argparse.Namespace) -> int:
+    """toolgraph graph build --discriminator CKPT|RUN --data NAME --out DIR [key=value ...]."""
+    from toolgraph.config import load_config
+    from toolgraph.data import load_dataset, sources  # noqa: F401
+    from toolgraph.depgraph import GraphConfig, build_graph, write_graph
+    from toolgraph.inference import load_task
+    from toolgraph.tasks.discriminator import _resolve_checkpoint
+
+    cfg = load_config(GraphConfig, [], args.overrides)
+    ds = load_dataset(args.data, args.root, **_options(args.option))
+    task = load_task(_resolve_checkpoint(args.discriminator))
+    edges, stats = build_graph(ds, task, cfg)
+    if stats["rank"] != 0:  # under DDP every rank holds the gathered scores; one writes
+        return 0
+    folder = write_graph(edges, stats, args.out)
+    print(f"{stats['tools']} tools, {stats['pairs_scored']} pairs scored = "
+          f"{100 * stats['fraction_of_n_squared']:.3f}% of N^2 ({stats['n_squared']}); "
+          f"gold pairs among candidates {stats['gold_pairs_in_candidates']:.3f}; gold edges recovered at "
+          f"p>={cfg.threshold} {stats['gold_edges_recovered']:.3f} ({stats['gold_edges']} gold); "
+          f"{stats['edges_kept']} edges kept, precision {stats['edge_precision']:.3f}; "
+          f"{stats['seconds_candidates']}s candidates + {stats['seconds_scoring']}s scoring")
+    print(f"wrote {folder}/edges.jsonl, stats.json")
     return 0
 
 
@@ -122,9 +172,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.print_config:
         print(to_yaml(cfg))
     summary = train(cfg)
-    if "metrics" in summary:
-        print(format_table({f"{cfg.model.name} ({cfg.out_dir})": summary["metrics"]}, cfg.eval.ks))
+    metrics = summary.get("metrics") or {}
+    if any("@" in k for k in metrics):  # a retriever: the usual table
+        print(format_table({f"{cfg.model.name} ({cfg.out_dir})": metrics}, cfg.eval.ks))
         print(f"wrote {cfg.out_dir}/results.json, retriever/, checkpoints/")
+    elif metrics:  # a classifier (the dependency discriminator): its test report
+        print("\n".join(f"{k:28s} {v:.4f}" for k, v in sorted(metrics.items())))
+        print(f"wrote {cfg.out_dir}/results.json, checkpoints/")
     return 0
 
 
@@ -174,13 +228,23 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     d = sub.add_parser("data", help="inspect and export datasets")
-    d.add_argument("action", choices=["list", "stats", "export"])
+    d.add_argument("action", choices=["list", "stats", "export", "tdi"])
     d.add_argument("name", nargs="?", help="registry name or canonical JSONL folder")
     d.add_argument("dir", nargs="?", help="output folder (export)")
     d.add_argument("options", nargs="*", help="adapter options key=value (e.g. val_fraction=0.2)")
     d.add_argument("--json", action="store_true", help="stats as JSON")
     d.add_argument("--root", default=None, help="data folder (default: $TOOLGRAPH_DATA)")
     d.set_defaults(fn=cmd_data)
+
+    g = sub.add_parser("graph", help="build a tool-dependency graph with a trained discriminator")
+    g.add_argument("action", choices=["build"])
+    g.add_argument("--discriminator", required=True, help="discriminator .ckpt or its run folder")
+    g.add_argument("--data", required=True, help="dataset name or canonical JSONL folder")
+    g.add_argument("--option", action="append", default=[], help="adapter option key=value (repeatable)")
+    g.add_argument("--out", required=True, help="output folder (edges.jsonl, stats.json)")
+    g.add_argument("--root", default=None, help="data folder (default: $TOOLGRAPH_DATA)")
+    g.add_argument("overrides", nargs="*", help="GraphConfig key=value (top_m=10 threshold=0.5 devices=2 ...)")
+    g.set_defaults(fn=cmd_graph)
 
     e = sub.add_parser("evaluate", help="evaluate a retriever on a dataset split")
     add_evaluate_args(e)
@@ -221,7 +285,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     # sweep agents pass --key=value: keep those as overrides, reject other unknown flags
-    extra = [u for u in unknown if u.startswith("--") and "=" in u]
+    # (and key=value after options, which argparse leaves over once the positionals were taken)
+    extra = [u for u in unknown if "=" in u and (u.startswith("--") or not u.startswith("-"))]
     if len(extra) != len(unknown):
         parser.error(f"unrecognized arguments: {' '.join(u for u in unknown if u not in extra)}")
     if extra:

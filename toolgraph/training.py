@@ -107,11 +107,13 @@ def build_loggers(cfg: TrainConfig, out: Path) -> list:
 
 
 def build_trainer(cfg: TrainConfig, out: Path) -> L.Trainer:
+    from toolgraph.registry import TASKS
+
     t = cfg.trainer
-    monitor_ok = cfg.checkpoint.monitor.split("/", 1)[-1] in [f"{m}@{k}" for m in cfg.eval.metrics for k in cfg.eval.ks]
-    if not monitor_ok and cfg.checkpoint.monitor != "mrr":
-        raise ConfigError(f"checkpoint.monitor: {cfg.checkpoint.monitor!r} is not logged "
-                          f"(eval.metrics x eval.ks gives e.g. val/{cfg.eval.metrics[0]}@{cfg.eval.ks[0]})")
+    logged = TASKS.get(cfg.model.name).monitorable(cfg)
+    if cfg.checkpoint.monitor not in logged:
+        raise ConfigError(f"checkpoint.monitor: {cfg.checkpoint.monitor!r} is not logged by "
+                          f"model.name={cfg.model.name!r} (it logs e.g. {', '.join(logged[:4])})")
     every = cfg.checkpoint.every_n_train_steps
     ckpt = ModelCheckpoint(dirpath=str(out / "checkpoints"), monitor=cfg.checkpoint.monitor, mode=cfg.checkpoint.mode,
                            save_top_k=cfg.checkpoint.save_top_k, save_last=not every,
@@ -148,20 +150,14 @@ def resolve_resume(cfg: TrainConfig, out: Path) -> str | None:
 
 
 def train(cfg: TrainConfig) -> dict[str, Any]:
-    from toolgraph.evaluation import evaluate, prepare_dataset, write_report
     from toolgraph.registry import TASKS
     from toolgraph.tasks import bi_encoder  # noqa: F401  (register tasks)
 
     start = time.perf_counter()
     out = Path(cfg.out_dir)
     L.seed_everything(cfg.seed, workers=True)
-    ds = prepare_dataset(cfg.data)
     task = TASKS.get(cfg.model.name)(to_dict(cfg))
-    dm = task.make_datamodule(ds, cfg.data, cfg.seed)
-    if not dm.train_queries:
-        raise ConfigError(f"data.name: {ds.name!r} has no train queries")
-    if not ds.split(cfg.data.val_split):
-        raise ConfigError(f"data.val_split: {ds.name!r} has no {cfg.data.val_split!r} queries")
+    dm = task.datamodule_for(cfg)
     trainer = build_trainer(cfg, out)
     if trainer.is_global_zero:
         out.mkdir(parents=True, exist_ok=True)
@@ -177,13 +173,10 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         if best:  # export the best weights, not the last
             state = torch.load(best, map_location="cpu", weights_only=True)["state_dict"]
             task.load_state_dict(state)
-        retriever = task.cpu().export_retriever(out / "retriever", dm.tools)
-        report = evaluate(retriever, dm.ds, cfg.data.test_split, cfg.eval)
-        write_report(report, out, cfg, dm.ds)
+        summary["metrics"] = task.cpu().finish(out, dm, cfg)  # export + results.json
         results = json.loads((out / "results.json").read_text())
         results["training"] = {**summary, "seconds": time.perf_counter() - start}
         (out / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
-        summary["metrics"] = report.metrics
     _finish_wandb(trainer)
     return summary
 

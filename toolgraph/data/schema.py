@@ -143,12 +143,14 @@ def render_tool(tool: Tool, style: str = "default") -> str:
     ``default``: ``name: description`` then owner, category and parameter names — the fields
     that matter most come first, so a 128-token truncation still sees them.
     ``name_desc``: only ``name: description``.
+    ``io``: ``default`` plus the names of what the tool returns — what a dependency is made of
+    (b's output feeds a's input), for the dependency discriminator and graph construction.
     ``toolbench``: the ``category_name:…, tool_name:…, api_name:…`` string of ToolBench/ToolLens
     corpora (reproduces ToolLens' corpus.jsonl text exactly).
     """
     if style == "name_desc":
         return f"{tool.name}: {tool.description}".strip()
-    if style == "default":
+    if style in ("default", "io"):
         parts = [f"{tool.name}: {tool.description}".strip()]
         if tool.agent:
             parts.append(f"from {tool.agent}")
@@ -157,6 +159,9 @@ def render_tool(tool: Tool, style: str = "default") -> str:
         names = _param_names(tool.parameters)
         if names:
             parts.append("parameters: " + ", ".join(names))
+        outputs = _param_names(tool.returns) if style == "io" else []
+        if outputs:
+            parts.append("returns: " + ", ".join(outputs))
         return ". ".join(p.rstrip(" .") for p in parts if p.rstrip(" ."))
     if style == "toolbench":
         params = tool.parameters if isinstance(tool.parameters, dict) else {}
@@ -167,7 +172,7 @@ def render_tool(tool: Tool, style: str = "default") -> str:
             f"optional_params: {json.dumps(params.get('optional', []))}, "
             f"return_schema: {json.dumps(tool.returns if tool.returns is not None else {})}"
         )
-    raise DataError(f"unknown tool text style {style!r}; expected default, name_desc or toolbench")
+    raise DataError(f"unknown tool text style {style!r}; expected default, io, name_desc or toolbench")
 
 
 def _param_names(parameters: Any) -> list[str]:

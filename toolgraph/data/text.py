@@ -9,6 +9,7 @@ batch with dynamic padding (pad to the longest text in the batch, not to max_len
 from __future__ import annotations
 
 import random
+from abc import abstractmethod
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -230,34 +231,31 @@ class LabelCollator:
                 "seeds": [s for _, s in items]}
 
 
-class ToolTextDataModule(L.LightningDataModule):
-    """Serves a ToolDataset to encoder tasks. ``tools`` (sorted by id) fixes the tool indices."""
+class ResumableDataModule(L.LightningDataModule):
+    """Training batches from a seeded, rank-sharded batch sampler, with mid-epoch resume: the
+    checkpoint records how many batches of the epoch were consumed and the resumed epoch skips
+    them. Subclasses give ``train_size``, ``train_sampler`` and ``train_collator``."""
 
-    def __init__(self, dataset: ToolDataset, cfg: TextDataConfig, tokenizer, tool_texts: list[str] | None = None,
-                 tool_text_style: str = "default", hard_negatives: list[list[int]] | None = None, seed: int = 0):
+    seed: int = 0
+    num_workers: int = 0
+
+    def __init__(self) -> None:
         super().__init__()
-        self.ds, self.cfg, self.tok, self.seed = dataset, cfg, tokenizer, seed
-        self.tools: list[Tool] = sorted(dataset.tools, key=lambda t: natural_key(t.id))
-        self.tool_index = {t.id: i for i, t in enumerate(self.tools)}
-        self.tool_texts = tool_texts or [t.document(tool_text_style) for t in self.tools]
-        self.train_queries = dataset.split("train")
-        self.train_gold = [[self.tool_index[t] for t in q.tools] for q in self.train_queries]
-        self.hard_negatives = hard_negatives
-        self._train_sampler: ContrastiveBatchSampler | None = None
+        self._train_sampler: Sampler | None = None
         self._skip = 0
 
     def _rank_world(self) -> tuple[int, int]:
         trainer = getattr(self, "trainer", None)
         return (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
 
-    # ---- training batches: subclasses override these two hooks ------------------------------
-    def train_sampler(self, rank: int, world: int) -> Sampler:
-        return ContrastiveBatchSampler(self.train_gold, self.cfg.batch_size, self.seed, rank, world,
-                                       self.hard_negatives)
+    @abstractmethod
+    def train_size(self) -> int: ...
 
-    def train_collator(self) -> Any:
-        return ContrastiveCollator(self.tok, [q.text for q in self.train_queries], self.tool_texts, self.train_gold,
-                                   self.cfg.max_query_length, self.cfg.max_tool_length)
+    @abstractmethod
+    def train_sampler(self, rank: int, world: int) -> Sampler: ...
+
+    @abstractmethod
+    def train_collator(self) -> Any: ...
 
     def train_dataloader(self) -> DataLoader:
         rank, world = self._rank_world()
@@ -266,29 +264,14 @@ class ToolTextDataModule(L.LightningDataModule):
             sampler.set_epoch(self.trainer.current_epoch)
         sampler.skip, self._skip = self._skip, 0
         self._train_sampler = sampler
-        return DataLoader(_Identity(len(self.train_queries)), batch_sampler=sampler, collate_fn=self.train_collator(),
-                          num_workers=self.cfg.num_workers, generator=self._generator())
-
-    def _eval_loader(self, split: str) -> DataLoader:
-        rank, world = self._rank_world()
-        queries = self.ds.split(split)[rank::world]  # shard by rank; metric states are summed
-        items = sorted(((q.text, [self.tool_index[t] for t in q.tools]) for q in queries), key=lambda x: len(x[0]))
-        return DataLoader(items, batch_size=self.cfg.eval_batch_size, shuffle=False,
-                          collate_fn=QueryCollator(self.tok, self.cfg.eval_max_query_length),
-                          num_workers=self.cfg.num_workers, generator=self._generator())
+        return DataLoader(_Identity(self.train_size()), batch_sampler=sampler, collate_fn=self.train_collator(),
+                          num_workers=self.num_workers, generator=self._generator())
 
     def _generator(self) -> torch.Generator:
         # each DataLoader iterator draws a base seed; from the global RNG that would shift dropout
         # masks depending on when loaders were (re)created, and break exact resume
         return torch.Generator().manual_seed(self.seed)
 
-    def val_dataloader(self) -> DataLoader:
-        return self._eval_loader(self.cfg.val_split)
-
-    def test_dataloader(self) -> DataLoader:
-        return self._eval_loader(self.cfg.test_split)
-
-    # mid-epoch resume: remember how many batches of the current epoch were consumed
     def state_dict(self) -> dict[str, Any]:
         trainer = getattr(self, "trainer", None)
         # "processed", not "completed": the checkpoint is written in on_train_batch_end, after the
@@ -298,6 +281,48 @@ class ToolTextDataModule(L.LightningDataModule):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._skip = int(state.get("batches_done", 0))
+
+
+class ToolTextDataModule(ResumableDataModule):
+    """Serves a ToolDataset to encoder tasks. ``tools`` (sorted by id) fixes the tool indices."""
+
+    def __init__(self, dataset: ToolDataset, cfg: TextDataConfig, tokenizer, tool_texts: list[str] | None = None,
+                 tool_text_style: str = "default", hard_negatives: list[list[int]] | None = None, seed: int = 0):
+        super().__init__()
+        self.ds, self.cfg, self.tok, self.seed = dataset, cfg, tokenizer, seed
+        self.num_workers = cfg.num_workers
+        self.tools: list[Tool] = sorted(dataset.tools, key=lambda t: natural_key(t.id))
+        self.tool_index = {t.id: i for i, t in enumerate(self.tools)}
+        self.tool_texts = tool_texts or [t.document(tool_text_style) for t in self.tools]
+        self.train_queries = dataset.split("train")
+        self.train_gold = [[self.tool_index[t] for t in q.tools] for q in self.train_queries]
+        self.hard_negatives = hard_negatives
+
+    # ---- training batches: subclasses override these two hooks ------------------------------
+    def train_size(self) -> int:
+        return len(self.train_queries)
+
+    def train_sampler(self, rank: int, world: int) -> Sampler:
+        return ContrastiveBatchSampler(self.train_gold, self.cfg.batch_size, self.seed, rank, world,
+                                       self.hard_negatives)
+
+    def train_collator(self) -> Any:
+        return ContrastiveCollator(self.tok, [q.text for q in self.train_queries], self.tool_texts, self.train_gold,
+                                   self.cfg.max_query_length, self.cfg.max_tool_length)
+
+    def _eval_loader(self, split: str) -> DataLoader:
+        rank, world = self._rank_world()
+        queries = self.ds.split(split)[rank::world]  # shard by rank; metric states are summed
+        items = sorted(((q.text, [self.tool_index[t] for t in q.tools]) for q in queries), key=lambda x: len(x[0]))
+        return DataLoader(items, batch_size=self.cfg.eval_batch_size, shuffle=False,
+                          collate_fn=QueryCollator(self.tok, self.cfg.eval_max_query_length),
+                          num_workers=self.cfg.num_workers, generator=self._generator())
+
+    def val_dataloader(self) -> DataLoader:
+        return self._eval_loader(self.cfg.val_split)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._eval_loader(self.cfg.test_split)
 
 
 class LabelDataModule(ToolTextDataModule):

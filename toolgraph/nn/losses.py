@@ -76,3 +76,27 @@ def multilabel_loss(logits: torch.Tensor, target: torch.Tensor, kind: str, valid
         n_pos = target.sum(1).clamp(min=1)  # [B]
         return (-(logp.masked_fill(target == 0, 0) * target).sum(1) / n_pos).mean()
     raise ValueError(f"loss must be 'bce' or 'softmax', got {kind!r}")
+
+
+def category_averaged_ce(logits: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor | None = None,
+                         class_counts: torch.Tensor | None = None) -> torch.Tensor:
+    """TGR's category-averaged loss (Tool Graph Retriever, eq. 2): L = sum_k (1/N_k) sum_{i: y_i=k} l_i,
+    l_i the (optionally weighted) cross-entropy of example i.
+
+    ``class_counts=None``: N_k counted in this batch (a class absent from the batch adds nothing).
+    ``class_counts`` given (the training set's N_k): each class's batch sum is divided by its
+    expected count per batch, N_k * B / N, so the loss keeps the per-batch scale; in expectation
+    over batches it equals the dataset form.
+    logits [B, K], labels [B] (class index), weights [B], class_counts [K].
+    """
+    k = logits.shape[1]
+    per = F.cross_entropy(logits.float(), labels, reduction="none")  # [B]
+    if weights is not None:
+        per = per * weights
+    sums = torch.zeros(k, device=logits.device).index_add_(0, labels, per)  # [K]
+    if class_counts is None:
+        n = torch.bincount(labels, minlength=k).float()  # [K]
+    else:
+        counts = class_counts.to(logits.device).float()
+        n = counts * labels.shape[0] / counts.sum()  # [K] expected per batch
+    return (sums / n.clamp(min=1e-12) * (n > 0)).sum()

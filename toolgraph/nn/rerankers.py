@@ -49,14 +49,18 @@ class ToolRefiner(nn.Module):
 
 
 class PairScorer(nn.Module):
-    def __init__(self, backbone: nn.Module, dropout: float = 0.1):
+    """Cross-encoder head on [CLS] of a jointly read pair: one score (reranking) or ``outputs``
+    class logits (the 3-way dependency discriminator)."""
+
+    def __init__(self, backbone: nn.Module, dropout: float = 0.1, outputs: int = 1):
         super().__init__()
         self.backbone = backbone
         self.dropout = nn.Dropout(dropout)
-        self.score = nn.Linear(backbone.config.hidden_size, 1)
+        self.score = nn.Linear(backbone.config.hidden_size, outputs)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                 token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
         extra = {"token_type_ids": token_type_ids} if token_type_ids is not None else {}
         hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask, **extra).last_hidden_state
-        return self.score(self.dropout(hidden[:, 0])).squeeze(-1)  # [P]
+        out = self.score(self.dropout(hidden[:, 0]))  # [P, outputs]
+        return out.squeeze(-1) if out.shape[-1] == 1 else out  # [P] or [P, outputs]

@@ -59,7 +59,10 @@ def lr_lambda(step: int, total: int, warmup: int, schedule: str) -> float:
     raise ValueError(f"optim.schedule must be linear, cosine or constant, got {schedule!r}")
 
 
-class RetrievalTask(L.LightningModule):
+class Task(L.LightningModule):
+    """What every toolgraph LightningModule shares: config, optimizer, schedule, self-describing
+    checkpoints. ``RetrievalTask`` adds retrieval metrics; the discriminator adds classification ones."""
+
     Config: type = TaskConfig
 
     def __init__(self, config: dict[str, Any], artifacts: dict[str, Any] | None = None):
@@ -71,25 +74,31 @@ class RetrievalTask(L.LightningModule):
         self.save_hyperparameters({"config": config})
         self.cfg: TrainConfig = config_from_dict(config)
         self.model_cfg = self.cfg.model
-        ks, names = self.cfg.eval.ks, self.cfg.eval.metrics
-        self.val_metrics = RetrievalMetrics(ks, names, prefix="val/")
-        self.test_metrics = RetrievalMetrics(ks, names, prefix="test/")
+        self.build_metrics()
         self.build(artifacts)
         self.train()  # from_pretrained returns eval-mode modules; Lightning keeps submodule modes as found
 
-    # ---- hooks for subclasses ---------------------------------------------------------------
+    def build_metrics(self) -> None:
+        pass
+
     @abstractmethod
     def build(self, artifacts: dict[str, Any] | None) -> None:
         """Create the modules (from pretrained weights, or from checkpoint ``artifacts``)."""
 
+    # ---- how training.train() drives a task -------------------------------------------------
+    @classmethod
     @abstractmethod
-    def compute_loss(self, batch: dict[str, Any]) -> torch.Tensor: ...
+    def monitorable(cls, cfg: Any) -> list[str]:
+        """Names ``checkpoint.monitor`` may take."""
 
     @abstractmethod
-    def score(self, batch: dict[str, Any]) -> torch.Tensor: ...
+    def datamodule_for(self, cfg: Any) -> L.LightningDataModule:
+        """The datamodule this task trains on, from the resolved TrainConfig."""
 
-    def prepare_scoring(self) -> None:
-        pass
+    @abstractmethod
+    def finish(self, out: Path, dm: L.LightningDataModule, cfg: Any) -> dict[str, Any]:
+        """After fit and test, on rank 0 with the best weights loaded: export, write results;
+        returns the headline metrics."""
 
     def param_groups(self) -> list[dict[str, Any]]:
         """AdamW groups: no weight decay on biases and norm weights (1-d parameters)."""
@@ -117,6 +126,75 @@ class RetrievalTask(L.LightningModule):
 
     def checkpoint_artifacts(self) -> dict[str, Any]:
         return {}
+
+    def configure_optimizers(self) -> Any:
+        o = self.cfg.optim
+        opt = torch.optim.AdamW(self.param_groups(), lr=o.lr, betas=tuple(o.betas), eps=o.eps)
+        total = int(self.trainer.estimated_stepping_batches) if self.trainer is not None else 1
+        warmup = o.warmup_steps if o.warmup_steps is not None else int(o.warmup_ratio * total)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_lambda(s, total, warmup, o.schedule))
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    # ---- checkpoints describe themselves; RNG state makes mid-epoch resume exact ------------
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        py = random.getstate()
+        npy = np.random.get_state()
+        rng = {"torch": torch.get_rng_state(), "python": [py[0], list(py[1]), py[2]],
+               "numpy": [npy[1].tolist(), int(npy[2]), int(npy[3]), float(npy[4])]}
+        checkpoint["toolgraph"] = {"task": self.model_cfg.name, "artifacts": self.checkpoint_artifacts(), "rng": rng}
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        rng = checkpoint.get("toolgraph", {}).get("rng")
+        if rng:
+            torch.set_rng_state(rng["torch"])
+            version, state, gauss = rng["python"]
+            random.setstate((version, tuple(state), gauss))
+            keys, pos, has_gauss, cached = rng["numpy"]
+            np.random.set_state(("MT19937", np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
+
+
+
+class RetrievalTask(Task):
+    """A task whose model retrieves tools: val/test are full-corpus retrieval over a query split,
+    logged as ``val/recall@5`` etc.; after training it exports a Retriever and evaluates it."""
+
+    def build_metrics(self) -> None:
+        ks, names = self.cfg.eval.ks, self.cfg.eval.metrics
+        self.val_metrics = RetrievalMetrics(ks, names, prefix="val/")
+        self.test_metrics = RetrievalMetrics(ks, names, prefix="test/")
+
+    @classmethod
+    def monitorable(cls, cfg: Any) -> list[str]:
+        return [f"val/{m}@{k}" for m in cfg.eval.metrics for k in cfg.eval.ks] + ["val/mrr"]
+
+    def datamodule_for(self, cfg: Any) -> L.LightningDataModule:
+        from toolgraph.errors import ConfigError
+        from toolgraph.evaluation import prepare_dataset
+
+        ds = prepare_dataset(cfg.data)
+        dm = self.make_datamodule(ds, cfg.data, cfg.seed)
+        if not dm.train_queries:
+            raise ConfigError(f"data.name: {ds.name!r} has no train queries")
+        if not ds.split(cfg.data.val_split):
+            raise ConfigError(f"data.val_split: {ds.name!r} has no {cfg.data.val_split!r} queries")
+        return dm
+
+    def finish(self, out: Path, dm: L.LightningDataModule, cfg: Any) -> dict[str, Any]:
+        from toolgraph.evaluation import evaluate, write_report
+
+        retriever = self.export_retriever(out / "retriever", dm.tools)
+        report = evaluate(retriever, dm.ds, cfg.data.test_split, cfg.eval)
+        write_report(report, out, cfg, dm.ds)
+        return report.metrics
+
+    @abstractmethod
+    def compute_loss(self, batch: dict[str, Any]) -> torch.Tensor: ...
+
+    @abstractmethod
+    def score(self, batch: dict[str, Any]) -> torch.Tensor: ...
+
+    def prepare_scoring(self) -> None:
+        pass
 
     # ---- Lightning ----------------------------------------------------------------------------
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
@@ -151,31 +229,6 @@ class RetrievalTask(L.LightningModule):
     def on_test_epoch_end(self) -> None:
         self.log_dict(self.test_metrics.compute())
         self.test_metrics.reset()
-
-    def configure_optimizers(self) -> Any:
-        o = self.cfg.optim
-        opt = torch.optim.AdamW(self.param_groups(), lr=o.lr, betas=tuple(o.betas), eps=o.eps)
-        total = int(self.trainer.estimated_stepping_batches) if self.trainer is not None else 1
-        warmup = o.warmup_steps if o.warmup_steps is not None else int(o.warmup_ratio * total)
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_lambda(s, total, warmup, o.schedule))
-        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
-
-    # ---- checkpoints describe themselves; RNG state makes mid-epoch resume exact ------------
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        py = random.getstate()
-        npy = np.random.get_state()
-        rng = {"torch": torch.get_rng_state(), "python": [py[0], list(py[1]), py[2]],
-               "numpy": [npy[1].tolist(), int(npy[2]), int(npy[3]), float(npy[4])]}
-        checkpoint["toolgraph"] = {"task": self.model_cfg.name, "artifacts": self.checkpoint_artifacts(), "rng": rng}
-
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        rng = checkpoint.get("toolgraph", {}).get("rng")
-        if rng:
-            torch.set_rng_state(rng["torch"])
-            version, state, gauss = rng["python"]
-            random.setstate((version, tuple(state), gauss))
-            keys, pos, has_gauss, cached = rng["numpy"]
-            np.random.set_state(("MT19937", np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
 
     @abstractmethod
     def export_retriever(self, folder: str | Path, tools: list) -> Any: ...

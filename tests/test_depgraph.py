@@ -1,0 +1,83 @@
+"""Dependency-graph construction: candidate pairs, predict-based scoring, edges and statistics."""
+
+import json
+
+import pytest
+import torch
+
+from toolgraph.data import load_dataset
+from toolgraph.data.schema import Tool
+from toolgraph.depgraph import GraphConfig, build_graph, candidate_pairs, score_pairs, write_graph
+from toolgraph.errors import ConfigError, DataError
+from toolgraph.inference import load_task
+from toolgraph.retrieval.tgr import read_edges
+
+
+def _tools(n, **kw):
+    return [Tool(id=str(i), name=f"t{i}", description="d", **kw) for i in range(n)]
+
+
+def test_candidates_nearest_groups_and_proposals():
+    vectors = torch.nn.functional.normalize(torch.tensor([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9]]), dim=-1)
+    tools = [Tool(id="0", name="a", description="", category="x"), Tool(id="1", name="b", description=""),
+             Tool(id="2", name="c", description="", category="x"), Tool(id="3", name="d", description="")]
+    assert candidate_pairs(tools, vectors, GraphConfig(top_m=1, same_category=False)) == [(0, 1), (2, 3)]
+    assert candidate_pairs(tools, vectors, GraphConfig(top_m=1)) == [(0, 1), (0, 2), (2, 3)]
+    assert candidate_pairs(tools, vectors, GraphConfig(top_m=1, max_group=1)) == [(0, 1), (2, 3)]
+    proposed = [[3, 0], [], [], [1]]  # self-proposals are ignored, pairs are unordered
+    assert candidate_pairs(tools, None, GraphConfig(same_category=False), proposed) == [(0, 3), (1, 3)]
+
+
+def test_scores_match_a_plain_forward_pass(tiny_discriminator_ckpt):
+    task = load_task(tiny_discriminator_ckpt)
+    docs = {"a": "login_bank: sign in. returns: bank_token", "b": "use_bank: act. parameters: bank_token",
+            "c": "misc_tool_1: helper"}
+    pairs = [("a", "b"), ("b", "c"), ("c", "a")]
+    probs, rank = score_pairs(task, docs, pairs, GraphConfig(batch_size=2, accelerator="cpu"))
+    assert rank == 0 and probs.shape == (3, 3)
+    assert torch.allclose(probs.sum(1), torch.ones(3))
+    for (x, y), p in zip(pairs, probs, strict=True):
+        tok = task.tokenizer([docs[x]], [docs[y]], truncation="longest_first", max_length=48, return_tensors="pt")
+        with torch.no_grad():
+            ref = task.network(**{k: v for k, v in tok.items() if k != "token_type_ids"},
+                               token_type_ids=tok.get("token_type_ids")).softmax(-1)[0]
+        assert torch.allclose(p, ref, atol=1e-5)
+
+
+def test_build_graph_statistics_and_edges_file(tiny_discriminator_ckpt, dependency_dataset_dir, tmp_path):
+    ds = load_dataset(str(dependency_dataset_dir))
+    task = load_task(tiny_discriminator_ckpt)
+    cfg = GraphConfig(top_m=0, same_category=True, accelerator="cpu", keep_prob=0.0, threshold=0.0)
+    edges, stats = build_graph(ds, task, cfg)
+    n = len(ds.tools)
+    # each service's two tools share a category: 16 candidate pairs, all gold, both directions kept
+    assert stats["pairs_scored"] == 16 and stats["n_squared"] == n * n
+    assert stats["gold_pairs_in_candidates"] == 1.0 and stats["gold_edges"] == 16
+    assert stats["gold_edges_recovered"] == 1.0 and stats["edges_kept"] == 32 and stats["edge_precision"] == 0.5
+    assert stats["discriminator_tool_text"] == "io"
+    folder = write_graph(edges, stats, tmp_path / "g")
+    assert json.loads((folder / "stats.json").read_text())["pairs_scored"] == 16
+    assert len(read_edges(folder, threshold=0.0)) == 32
+    probs = sorted(e["prob"] for e in edges)
+    assert len(read_edges(folder / "edges.jsonl", threshold=probs[10])) == len([p for p in probs if p >= probs[10]])
+
+
+def test_edge_file_errors(tmp_path):
+    with pytest.raises(ConfigError, match="neither 'gold' nor an edges.jsonl"):
+        read_edges(tmp_path / "missing")
+    bad = tmp_path / "edges.jsonl"
+    bad.write_text('{"source": "a", "target": "b", "prob": 0.9}\n{"source": "a"}\n')
+    with pytest.raises(DataError, match="edges.jsonl:2"):
+        read_edges(bad)
+
+
+def test_cli_graph_build(tiny_discriminator_ckpt, dependency_dataset_dir, tmp_path, capsys):
+    from toolgraph.cli import main
+
+    rc = main(["graph", "build", "--discriminator", str(tiny_discriminator_ckpt), "--data", str(dependency_dataset_dir),
+               "--out", str(tmp_path / "g"), "top_m=2", "accelerator=cpu"])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "pairs scored" in out and "of N^2" in out
+    stats = json.loads((tmp_path / "g" / "stats.json").read_text())
+    assert stats["config"]["top_m"] == 2 and stats["pairs_scored"] <= 40 * 2 + 16

@@ -1,0 +1,79 @@
+"""Tool pairs for the dependency discriminator: a collator and the LightningDataModule.
+
+Each pair is read jointly as ``[CLS] doc_a [SEP] doc_b [SEP]`` (truncation trims the longer
+document first, and documents start with name and description, so the cut keeps them). Eval
+batches are sorted by length (less padding); training batches come from the seeded, rank-sharded
+``ShuffledBatchSampler`` so a resumed run sees the same batches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, Sampler
+
+from toolgraph.data.tdi import LABEL_INDEX, Pair, TDISet
+from toolgraph.data.text import ResumableDataModule, ShuffledBatchSampler, TextDataConfig
+from toolgraph.errors import ConfigError
+
+
+class PairCollator:
+    """(pair index, draw seed) or pair indices -> token tensors, labels [B], weights [B], index [B]."""
+
+    def __init__(self, tokenizer, pairs: Sequence[Pair], documents: dict[str, str], max_length: int):
+        self.tok, self.pairs, self.docs, self.max_length = tokenizer, pairs, documents, max_length
+
+    def __call__(self, items: list[Any]) -> dict[str, Any]:
+        idx = [i[0] if isinstance(i, tuple) else i for i in items]
+        chosen = [self.pairs[i] for i in idx]
+        tok = self.tok([self.docs[p.tool_a] for p in chosen], [self.docs[p.tool_b] for p in chosen],
+                       padding=True, truncation="longest_first", max_length=self.max_length, return_tensors="pt")
+        return {"inputs": {k: v for k, v in tok.items() if k in ("input_ids", "attention_mask", "token_type_ids")},
+                "labels": torch.tensor([LABEL_INDEX[p.label] for p in chosen]),  # [B]
+                "weights": torch.tensor([p.weight for p in chosen], dtype=torch.float),  # [B]
+                "index": torch.tensor(idx)}  # [B] position in the served list
+
+
+class PairDataModule(ResumableDataModule):
+    """Serves one training set of a TDISet (``pretrain`` or ``finetune``) plus its val and test."""
+
+    def __init__(self, tdi: TDISet, train_set: str, cfg: TextDataConfig, tokenizer, max_length: int, seed: int = 0):
+        super().__init__()
+        for name in (train_set, "val", "test"):
+            if not tdi.pairs.get(name):
+                raise ConfigError(f"the TDI data has no {name!r} pairs (needed to train on {train_set!r})")
+        self.tdi, self.train_set, self.cfg, self.tok = tdi, train_set, cfg, tokenizer
+        self.max_length, self.seed, self.num_workers = max_length, seed, cfg.num_workers
+        self.train_pairs = tdi.pairs[train_set]
+
+    def train_size(self) -> int:
+        return len(self.train_pairs)
+
+    def train_sampler(self, rank: int, world: int) -> Sampler:
+        return ShuffledBatchSampler(len(self.train_pairs), self.cfg.batch_size, self.seed, rank, world)
+
+    def train_collator(self) -> Any:
+        return PairCollator(self.tok, self.train_pairs, self.tdi.documents, self.max_length)
+
+    def class_counts(self) -> list[int]:
+        """Examples per class in the training set (N_k over the dataset)."""
+        counts = [0] * len(LABEL_INDEX)
+        for p in self.train_pairs:
+            counts[LABEL_INDEX[p.label]] += 1
+        return counts
+
+    def eval_loader(self, pairs: Sequence[Pair]) -> DataLoader:
+        rank, world = self._rank_world()
+        docs = self.tdi.documents
+        order = sorted(range(len(pairs)), key=lambda i: len(docs[pairs[i].tool_a]) + len(docs[pairs[i].tool_b]))
+        return DataLoader(order[rank::world], batch_size=self.cfg.eval_batch_size, shuffle=False,
+                          collate_fn=PairCollator(self.tok, pairs, docs, self.max_length),
+                          num_workers=self.num_workers, generator=self._generator())
+
+    def val_dataloader(self) -> DataLoader:
+        return self.eval_loader(self.tdi.pairs["val"])
+
+    def test_dataloader(self) -> DataLoader:
+        return self.eval_loader(self.tdi.pairs["test"])

@@ -1,0 +1,87 @@
+"""TGR retriever (Tool Graph Retriever, 2025): dense tool vectors smoothed over the tool-dependency
+graph with a parameter-free GCN (``nn.propagate.gcn_smooth``), then cosine retrieval.
+
+The graph is either the dataset's annotated dependencies (``graph: gold`` — "TGR-m"; read in
+``fit``, so pass ``dependency_splits`` in ``data.options`` to keep test chains out) or an edge
+file written by ``toolgraph graph build`` from the discriminator ("TGR-d"), thresholded here.
+Any encoder works: a name, an exported bi-encoder folder, or a run's ``retriever/encoder``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from toolgraph.data.formats import iter_jsonl
+from toolgraph.data.schema import ToolDataset
+from toolgraph.errors import ConfigError, DataError
+from toolgraph.nn.propagate import DIRECTIONS, gcn_smooth
+from toolgraph.registry import RETRIEVERS
+from toolgraph.retrieval.dense import DenseConfig, DenseRetriever
+
+
+@dataclass
+class TGRConfig(DenseConfig):
+    name: str = "tgr"
+    graph: str = "gold"  # gold (dataset dependencies) | path to edges.jsonl from `toolgraph graph build`
+    threshold: float = 0.5  # edge-file probability at or above which an edge is kept
+    layers: int = 1
+    direction: str = "to_prerequisite"  # to_prerequisite | to_dependent | symmetric (nn/propagate.py)
+
+
+@RETRIEVERS.register("tgr")
+class TGRRetriever(DenseRetriever):
+    Config = TGRConfig
+    name = "tgr"
+
+    def __init__(self, config: TGRConfig | None = None, encoder=None, tokenizer=None):
+        super().__init__(config, encoder, tokenizer)
+        if self.config.direction not in DIRECTIONS:
+            raise ConfigError(f"retriever.direction must be one of {DIRECTIONS}, got {self.config.direction!r}")
+        self.edges: list[tuple[str, str]] = []  # (source needs target), by tool id
+        if self.config.graph != "gold":
+            self.edges = read_edges(self.config.graph, self.config.threshold)
+
+    def fit(self, dataset: ToolDataset) -> None:
+        if self.config.graph == "gold":
+            self.edges = [(d.source, d.target) for d in dataset.dependencies]
+
+    def _build(self) -> None:
+        super()._build()  # [N, H] encoder vectors (cached)
+        index = {t.id: i for i, t in enumerate(self.tools)}
+        pairs = [(index[s], index[t]) for s, t in self.edges if s in index and t in index]
+        edges = torch.tensor(pairs, dtype=torch.long).reshape(-1, 2)  # [E, 2]
+        smoothed = gcn_smooth(self.tool_vectors, edges, self.config.layers, self.config.direction)
+        self.tool_vectors = F.normalize(smoothed, dim=-1) if self.config.normalize else smoothed
+        self.graph_edges = len(pairs)
+        self._build_faiss()
+
+    def _save_state(self, folder: Path) -> None:
+        super()._save_state(folder)
+        (folder / "edges.json").write_text(json.dumps(self.edges))
+
+    def _load_state(self, folder: Path) -> None:
+        path = folder / "edges.json"
+        if path.is_file():
+            self.edges = [tuple(e) for e in json.loads(path.read_text())]
+        super()._load_state(folder)
+
+
+def read_edges(path: str | Path, threshold: float = 0.5) -> list[tuple[str, str]]:
+    """(source, target) of an edges.jsonl (``{"source", "target", "prob"?}``) with prob >= threshold."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "edges.jsonl"
+    if not p.is_file():
+        raise ConfigError(f"retriever.graph: {str(path)!r} is neither 'gold' nor an edges.jsonl (toolgraph graph build)")
+    out = []
+    for lineno, row in iter_jsonl(p):
+        if not isinstance(row, dict) or not isinstance(row.get("source"), str) or not isinstance(row.get("target"), str):
+            raise DataError("expected {\"source\": str, \"target\": str, \"prob\"?: number}", p, lineno)
+        if float(row.get("prob", 1.0)) >= threshold:
+            out.append((row["source"], row["target"]))
+    return out

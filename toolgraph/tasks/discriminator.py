@@ -1,0 +1,199 @@
+"""The tool-dependency discriminator of TGR (Tool Graph Retriever): a cross-encoder reads
+``[CLS] doc_a [SEP] doc_b`` and a 3-way head says a_needs_b / none / b_needs_a.
+
+Two stages, as in the paper: ``pretrain`` on the class-balanced set with cross-entropy, then
+``finetune`` on the imbalanced set (the real class ratio) with the category-averaged loss
+(``nn.losses.category_averaged_ce``), starting from the pretrain checkpoint (``init_from``).
+Validation is the held-out 20 % of the finetuning pairs; the best checkpoint is chosen by the
+macro-F1 of the two dependency classes; test reports per-class P/R/F1 and the confusion matrix
+on the tool-disjoint test set. ``predict`` scores any pair list (graph construction).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torchmetrics.classification import MulticlassConfusionMatrix
+
+from toolgraph.data.tdi import LABELS, TDIConfig, build_tdi, read_tdi
+from toolgraph.errors import ConfigError
+from toolgraph.nn.encoder import load_backbone
+from toolgraph.nn.losses import category_averaged_ce
+from toolgraph.nn.rerankers import PairScorer
+from toolgraph.registry import TASKS
+from toolgraph.tasks.base import Task, TaskConfig
+from toolgraph.tasks.bi_encoder import backbone_artifacts, backbone_from_artifacts
+
+DEPENDENCY_CLASSES = ("a_needs_b", "b_needs_a")
+
+
+@dataclass
+class DiscriminatorConfig(TaskConfig):
+    name: str = "discriminator"
+    encoder: str = "all-MiniLM-L6-v2"
+    stage: str = "finetune"  # pretrain (balanced set) | finetune (real class ratio)
+    init_from: str | None = None  # a pretrain-stage .ckpt or run folder; None: start from the encoder
+    loss: str | None = None  # ce | category_avg (default: ce for pretrain, category_avg for finetune)
+    class_count: str = "batch"  # N_k of the category-averaged loss: per batch, or over the dataset
+    max_pair_length: int = 128  # both documents together (longest truncated first)
+    dropout: float = 0.1
+    head_lr: float | None = 1.0e-3
+
+
+def classification_report(confusion: torch.Tensor) -> dict[str, float]:
+    """Per-class precision/recall/F1, accuracy, and ``macro_f1`` over the two dependency classes
+    (TGR's headline) plus ``macro_f1_all`` over the three. ``confusion[i, j]``: true i, predicted j."""
+    c = confusion.double()
+    tp = c.diag()
+    precision = tp / c.sum(0).clamp(min=1)  # [K]
+    recall = tp / c.sum(1).clamp(min=1)  # [K]
+    f1 = torch.where(precision + recall > 0, 2 * precision * recall / (precision + recall), torch.zeros_like(tp))
+    out = {"accuracy": float(tp.sum() / c.sum().clamp(min=1))}
+    for i, name in enumerate(LABELS):
+        out[f"precision_{name}"] = float(precision[i])
+        out[f"recall_{name}"] = float(recall[i])
+        out[f"f1_{name}"] = float(f1[i])
+    dep = [LABELS.index(n) for n in DEPENDENCY_CLASSES]
+    out["macro_f1"] = float(f1[dep].mean())
+    out["macro_f1_all"] = float(f1.mean())
+    return out
+
+
+@TASKS.register("discriminator")
+class DiscriminatorTask(Task):
+    Config = DiscriminatorConfig
+
+    def build_metrics(self) -> None:
+        self.val_confusion = MulticlassConfusionMatrix(len(LABELS))
+        self.test_confusion = MulticlassConfusionMatrix(len(LABELS))
+        self.test_report: dict[str, Any] = {}
+
+    def build(self, artifacts: dict[str, Any] | None) -> None:
+        m = self.model_cfg
+        if m.stage not in ("pretrain", "finetune"):
+            raise ConfigError(f"model.stage must be pretrain or finetune, got {m.stage!r}")
+        if self.loss_name() not in ("ce", "category_avg"):
+            raise ConfigError(f"model.loss must be ce or category_avg, got {m.loss!r}")
+        if m.class_count not in ("batch", "dataset"):
+            raise ConfigError(f"model.class_count must be batch or dataset, got {m.class_count!r}")
+        if artifacts:
+            backbone, self.tokenizer = backbone_from_artifacts(artifacts["encoder"])
+        else:
+            backbone, self.tokenizer = load_backbone(m.encoder)
+        self.network = PairScorer(backbone, m.dropout, outputs=len(LABELS))
+        if m.init_from and not artifacts:  # a checkpoint carries its weights itself
+            start = _resolve_checkpoint(m.init_from)
+            from toolgraph.inference import load_task
+
+            previous = load_task(start)
+            if not isinstance(previous, DiscriminatorTask):
+                raise ConfigError(f"model.init_from: {start} is a {previous.model_cfg.name!r} checkpoint, "
+                                  "not a discriminator")
+            self.network.load_state_dict(previous.network.state_dict())
+            self.tokenizer = previous.tokenizer
+        self.register_buffer("class_counts", torch.ones(len(LABELS)), persistent=False)
+
+    def loss_name(self) -> str:
+        m = self.model_cfg
+        return m.loss or ("ce" if m.stage == "pretrain" else "category_avg")
+
+    # ---- data -----------------------------------------------------------------------------------
+    @classmethod
+    def monitorable(cls, cfg: Any) -> list[str]:
+        return ["val/macro_f1", "val/macro_f1_all", "val/accuracy"] + [f"val/f1_{n}" for n in LABELS]
+
+    def datamodule_for(self, cfg: Any):
+        from toolgraph.data.pairs import PairDataModule
+
+        tdi = load_tdi(cfg.data.name, cfg.data.options, cfg.data.root)
+        dm = PairDataModule(tdi, self.model_cfg.stage, cfg.data, self.tokenizer, self.model_cfg.max_pair_length,
+                            cfg.seed)
+        self.class_counts = torch.tensor(dm.class_counts(), dtype=torch.float)
+        return dm
+
+    # ---- training -------------------------------------------------------------------------------
+    def forward(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.network(**inputs)  # [B, 3]
+
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
+        logits = self(batch["inputs"])
+        labels, weights = batch["labels"], batch["weights"]
+        if self.loss_name() == "ce":
+            loss = (F.cross_entropy(logits.float(), labels, reduction="none") * weights).sum() / weights.sum()
+        else:
+            counts = self.class_counts if self.model_cfg.class_count == "dataset" else None
+            loss = category_averaged_ce(logits, labels, weights, counts)
+        self.log("train/loss", loss, prog_bar=True, batch_size=labels.shape[0])
+        return loss
+
+    def encoder_parameters(self) -> list[torch.nn.Parameter]:
+        return list(self.network.backbone.parameters())
+
+    # ---- evaluation -----------------------------------------------------------------------------
+    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        self.val_confusion.update(self(batch["inputs"]).argmax(1), batch["labels"])
+
+    def test_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        self.test_confusion.update(self(batch["inputs"]).argmax(1), batch["labels"])
+
+    def on_validation_epoch_end(self) -> None:
+        report = classification_report(self.val_confusion.compute())
+        self.log_dict({f"val/{k}": v for k, v in report.items()})
+        self.val_confusion.reset()
+
+    def on_test_epoch_end(self) -> None:
+        confusion = self.test_confusion.compute()
+        report = classification_report(confusion)
+        self.log_dict({f"test/{k}": v for k, v in report.items()})
+        self.test_report = {**report, "confusion": confusion.long().tolist(), "labels": list(LABELS)}
+        self.test_confusion.reset()
+
+    def predict_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, torch.Tensor]:
+        return {"index": batch["index"], "probs": self(batch["inputs"]).float().softmax(-1)}  # [B], [B, 3]
+
+    # ---- checkpoints and results ------------------------------------------------------------
+    def checkpoint_artifacts(self) -> dict[str, Any]:
+        return {"encoder": backbone_artifacts(self.network.backbone, self.tokenizer)}
+
+    def finish(self, out: Path, dm: Any, cfg: Any) -> dict[str, Any]:
+        """results.json: the test report (per-class P/R/F1, confusion matrix) and the pair counts."""
+        results = {"task": "discriminator", "stage": self.model_cfg.stage, "loss": self.loss_name(),
+                   "class_count": self.model_cfg.class_count, "test": self.test_report,
+                   "pairs": dm.tdi.counts(), "config": cfg.data.name}
+        (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+        return {k: v for k, v in self.test_report.items() if isinstance(v, float)}
+
+
+def load_tdi(name: str, options: dict[str, Any], root: str | None):
+    """``data.name: tdi`` builds the pair sets from the real sources (``data.options`` are
+    TDIConfig keys); any other value is a folder written by ``toolgraph data tdi build``."""
+    if name == "tdi":
+        allowed = set(TDIConfig.__dataclass_fields__)
+        unknown = sorted(set(options) - allowed)
+        if unknown:
+            raise ConfigError(f"data.options: unknown TDI option(s) {unknown}; expected some of {sorted(allowed)}")
+        return build_tdi(TDIConfig(**options), root)
+    if options:
+        raise ConfigError("data.options apply when data.name is 'tdi' (built in memory), not to a TDI folder")
+    return read_tdi(name)
+
+
+def _resolve_checkpoint(path: str) -> Path:
+    """A .ckpt, or a run folder: its best checkpoint (results.json), else checkpoints/last.ckpt."""
+    p = Path(path)
+    if p.is_file():
+        return p
+    results = p / "results.json"
+    if results.is_file():
+        best = json.loads(results.read_text()).get("training", {}).get("best_checkpoint")
+        if best and Path(best).is_file():
+            return Path(best)
+    last = p / "checkpoints" / "last.ckpt"
+    if last.is_file():
+        return last
+    raise ConfigError(f"model.init_from: {path!r} is neither a .ckpt nor a run folder with a checkpoint")

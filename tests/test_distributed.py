@@ -86,3 +86,40 @@ def test_label_and_rerank_tasks_under_ddp(task, synthetic_dataset_dir, tiny_bert
     res = json.loads((out / "results.json").read_text())
     # the Lightning test (queries sharded over 2 ranks, metric states summed) equals the exported evaluation
     assert res["training"]["test"]["test/recall@3"] == pytest.approx(res["metrics"]["recall@3"], abs=1e-5)
+
+
+@pytest.mark.distributed
+def test_discriminator_trains_and_scores_graph_pairs_over_two_ranks(dependency_dataset_dir, tiny_bert_dir,
+                                                                     tiny_discriminator_ckpt, tmp_path):
+    """The 3-class discriminator under 2 gloo ranks (confusion-matrix states summed), and graph
+    scoring through Lightning predict on 2 ranks gathering the same scores as one process."""
+    from toolgraph.data.tdi import TDIConfig, build_tdi, write_tdi
+
+    tdi = write_tdi(build_tdi(TDIConfig(sources=[{"dataset": str(dependency_dataset_dir)}], test_fraction=0.25,
+                                        tool_text="io")), tmp_path / "tdi")
+    out = tmp_path / "disc"
+    over = [f"data.name={tdi}", "model.name=discriminator", f"model.encoder={tiny_bert_dir}", "model.stage=finetune",
+            f"out_dir={out}", "data.batch_size=4", "model.max_pair_length=48", "trainer.max_steps=4",
+            "trainer.max_epochs=100", "trainer.val_check_interval=1.0", "trainer.accelerator=cpu", "trainer.devices=2",
+            "trainer.strategy=ddp", "trainer.enable_progress_bar=false", "logger.wandb=false",
+            "checkpoint.monitor=val/macro_f1"]
+    proc = subprocess.run([sys.executable, str(ROOT / "train.py"), *over], env=_env(), capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "GLOBAL_RANK: 1, MEMBER: 2/2" in proc.stderr + proc.stdout
+    res = json.loads((out / "results.json").read_text())
+    test_pairs = sum(1 for _ in (tdi / "test.jsonl").open())
+    assert sum(map(sum, res["test"]["confusion"])) == test_pairs  # each test pair counted once over 2 ranks
+
+    graphs = {}
+    for devices in (1, 2):
+        folder = tmp_path / f"graph{devices}"
+        cmd = [sys.executable, "-m", "toolgraph.cli", "graph", "build", "--discriminator", str(tiny_discriminator_ckpt),
+               "--data", str(dependency_dataset_dir), "--out", str(folder), "top_m=3", "keep_prob=0.0",
+               "accelerator=cpu", f"devices={devices}", "strategy=" + ("ddp" if devices == 2 else "auto")]
+        proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        graphs[devices] = {(e["source"], e["target"]): e["prob"] for e in
+                           map(json.loads, (folder / "edges.jsonl").read_text().splitlines())}
+    assert graphs[1].keys() == graphs[2].keys() and len(graphs[1]) > 40
+    assert all(abs(graphs[1][k] - graphs[2][k]) < 1e-4 for k in graphs[1])

@@ -1,0 +1,196 @@
+"""Issue "Tool Graph Retriever": discriminator test, graph construction, TGR vs its base encoder.
+
+    # the discriminator's test report (train.py out_dir) -> method discriminator, dataset tdi
+    python benchmarks/tgr.py discriminator RUN --command "python train.py --config configs/discriminator.yaml ..."
+    # an evaluate.py --out folder -> a retrieval row (method dense or tgr)
+    python benchmarks/tgr.py retrieval EVAL_DIR --method tgr --setting tgr-d --command "python evaluate.py ..."
+    # a `toolgraph graph build` folder -> a graph-construction row (pairs scored vs N^2, gold recovered)
+    python benchmarks/tgr.py graph GRAPH_DIR --command "toolgraph graph build ..."
+    # candidate coverage only (no discriminator): link retriever vs plain embedding, several M
+    python benchmarks/tgr.py candidates --dataset seal-tools --links RUN_OR_RETRIEVER --ms 10 20 50 100
+
+Rows go to benchmarks/results/tgr.json and the README (markers ``tgr-discriminator``,
+``tgr-retrieval``, ``tgr-graph``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+from results_io import RESULTS, machine, upsert, write_readme_table  # noqa: E402
+
+NAME = "tgr"
+RETRIEVAL_METRICS = ("recall@5", "recall@10", "ndcg@5", "ndcg@10", "pass@5", "pass@10")
+GRAPH_METRICS = ("tools", "pairs_scored", "fraction_of_n_squared", "gold_edges", "gold_pairs_in_candidates",
+                 "gold_edges_recovered", "edges_kept", "edge_precision", "seconds_candidates", "seconds_scoring",
+                 "pairs_per_second")
+
+
+def discriminator(args: argparse.Namespace) -> None:
+    res = json.loads((args.run / "results.json").read_text())
+    test = res["test"]
+    metrics = {k: round(v, 4) for k, v in test.items() if isinstance(v, float)}
+    counts = res["pairs"]
+    row = {"method": "discriminator", "dataset": "tdi", "split": "test", "setting": res["stage"],
+           "encoder": "all-MiniLM-L6-v2", "metrics": metrics, "confusion": test["confusion"], "labels": test["labels"],
+           "loss": res["loss"], "class_count": res["class_count"],
+           "pairs": {name: counts[name]["per_class"] for name in ("pretrain", "finetune", "val", "test") if name in counts},
+           "training_steps": res["training"]["global_step"], "seconds": round(res["training"]["seconds"]),
+           "command": args.command}
+    if (args.run / "logs" / "metrics.csv").is_file():
+        row["val_curve"] = _val_curve(args.run)
+    upsert(NAME, [row])
+    render()
+    print(json.dumps({k: row[k] for k in ("setting", "metrics", "training_steps")}))
+
+
+def _val_curve(run: Path) -> list[dict]:
+    import csv
+
+    with (run / "logs" / "metrics.csv").open() as f:
+        return [{"step": int(r["step"]), "macro_f1": round(float(r["val/macro_f1"]), 4)}
+                for r in csv.DictReader(f) if r.get("val/macro_f1")]
+
+
+def retrieval(args: argparse.Namespace) -> None:
+    res = json.loads((args.run / "results.json").read_text())
+    cfg = res["config"]
+    row = {"method": args.method, "dataset": cfg["data"]["name"], "split": cfg["data"]["split"],
+           "setting": args.setting, "encoder": args.encoder, "queries": res["dataset"]["queries"][cfg["data"]["split"]],
+           "metrics": {k: round(res["metrics"][k], 4) for k in RETRIEVAL_METRICS},
+           "retriever": {k: cfg["retriever"].get(k) for k in ("graph", "threshold", "layers", "direction") if
+                         k in cfg["retriever"]}, "command": args.command}
+    if args.note:
+        row["note"] = args.note
+    upsert(NAME, [row])
+    render()
+    print(json.dumps({k: row[k] for k in ("method", "dataset", "setting", "metrics")}))
+
+
+def graph(args: argparse.Namespace) -> None:
+    stats = json.loads((args.run / "stats.json").read_text())
+    c = stats["config"]
+    setting = args.setting or (f"links-m={c['links_m']}" if c.get("links") else f"embedding-m={c['top_m']}")
+    row = {"method": "graph_build", "dataset": stats["dataset"], "split": "all", "setting": setting,
+           "encoder": "all-MiniLM-L6-v2", "metrics": {k: stats[k] for k in GRAPH_METRICS},
+           "threshold": c["threshold"], "machine": machine(), "command": args.command}
+    upsert(NAME, [row])
+    render()
+    print(json.dumps(row["metrics"]))
+
+
+def candidates(args: argparse.Namespace) -> None:
+    """Coverage of the gold dependencies by the candidate pairs alone, for several M."""
+    import toolgraph  # noqa: F401
+    from toolgraph.data import load_dataset
+    from toolgraph.depgraph import GraphConfig, candidate_pairs, propose_links
+    from toolgraph.retrieval.base import natural_key
+    from toolgraph.retrieval.dense import DenseConfig, DenseRetriever
+
+    ds = load_dataset(args.dataset)
+    tools = sorted(ds.tools, key=lambda t: natural_key(t.id))
+    ids = [t.id for t in tools]
+    gold = {frozenset((d.source, d.target)) for d in ds.dependencies if d.source != d.target}
+    n = len(tools)
+    docs = {t.id: t.document(args.tool_text) for t in tools}
+    rows = []
+    t0 = time.perf_counter()
+    top = max(args.ms)
+    proposed = propose_links(tools, docs, GraphConfig(links=str(args.links), links_m=top)) if args.links else None
+    link_s = time.perf_counter() - t0
+    dense = DenseRetriever(DenseConfig(tool_text=args.tool_text, progress=False))
+    dense.index(tools)
+    for m in args.ms:
+        for kind in (["links"] if args.links else []) + ["embedding"]:
+            cfg = GraphConfig(top_m=m if kind == "embedding" else 0, same_category=False, same_agent=False)
+            cand = candidate_pairs(tools, dense.tool_vectors if kind == "embedding" else None, cfg,
+                                   [p[:m] for p in proposed] if kind == "links" else None)
+            found = {frozenset((ids[i], ids[j])) for i, j in cand}
+            metrics = {"pairs": len(cand), "fraction_of_n_squared": round(len(cand) / (n * n), 5),
+                       "gold_pairs_in_candidates": round(sum(g in found for g in gold) / len(gold), 4)}
+            if kind == "links":
+                metrics["seconds_proposing_top_m"] = round(link_s, 1)
+            rows.append({"method": "candidates", "dataset": ds.name, "split": "all", "setting": f"{kind}-m={m}",
+                         "encoder": "all-MiniLM-L6-v2", "metrics": metrics, "gold_edges": len(gold),
+                         "command": args.command})
+            print(kind, m, metrics, flush=True)
+    upsert(NAME, rows)
+    render()
+
+
+def render() -> None:
+    path = RESULTS / f"{NAME}.json"
+    rows = json.loads(path.read_text())["rows"] if path.exists() else []
+    disc = [r for r in rows if r["method"] == "discriminator"]
+    lines = ["| stage | loss | macro-F1 (dependency classes) | F1 a_needs_b | F1 b_needs_a | F1 none | P a_needs_b "
+             "| R a_needs_b | P b_needs_a | R b_needs_a | steps |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in disc:
+        m = r["metrics"]
+        lines.append(f"| {r['setting']} | {r['loss']} | **{m['macro_f1']:.3f}** | {m['f1_a_needs_b']:.3f} | "
+                     f"{m['f1_b_needs_a']:.3f} | {m['f1_none']:.3f} | {m['precision_a_needs_b']:.3f} | "
+                     f"{m['recall_a_needs_b']:.3f} | {m['precision_b_needs_a']:.3f} | {m['recall_b_needs_a']:.3f} | "
+                     f"{r['training_steps']} |")
+    write_readme_table("tgr-discriminator", "\n".join(lines))
+    ret = sorted((r for r in rows if r["method"] in ("dense", "tgr")),
+                 key=lambda r: (r["dataset"], r["encoder"], r["method"] != "dense", r["setting"]))
+    lines = ["| dataset | encoder | method | setting | " + " | ".join(RETRIEVAL_METRICS) + " |",
+             "|---|---|---|---|" + "---|" * len(RETRIEVAL_METRICS)]
+    for r in ret:
+        cells = " | ".join(f"{r['metrics'][k]:.3f}" for k in RETRIEVAL_METRICS)
+        lines.append(f"| {r['dataset']} | {r['encoder']} | {r['method']} | {r['setting']} | {cells} |")
+    write_readme_table("tgr-retrieval", "\n".join(lines))
+    lines = ["| dataset | candidates | pairs scored | % of N² | gold pairs among candidates | gold edges recovered "
+             "(p≥thr) | edges kept | edge precision | seconds (candidates + scoring) |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        m = r["metrics"]
+        if r["method"] == "graph_build":
+            lines.append(f"| {r['dataset']} ({m['tools']} tools) | {r['setting']} | {m['pairs_scored']} | "
+                         f"{100 * m['fraction_of_n_squared']:.2f} | {m['gold_pairs_in_candidates']:.3f} | "
+                         f"{m['gold_edges_recovered']:.3f} | {m['edges_kept']} | {m['edge_precision']:.3f} | "
+                         f"{m['seconds_candidates']} + {m['seconds_scoring']} |")
+        elif r["method"] == "candidates":
+            lines.append(f"| {r['dataset']} | {r['setting']} (no scoring) | {m['pairs']} | "
+                         f"{100 * m['fraction_of_n_squared']:.2f} | {m['gold_pairs_in_candidates']:.3f} | – | – | – | – |")
+    write_readme_table("tgr-graph", "\n".join(lines))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    d = sub.add_parser("discriminator")
+    d.add_argument("run", type=Path)
+    d.add_argument("--command", required=True)
+    r = sub.add_parser("retrieval")
+    r.add_argument("run", type=Path)
+    r.add_argument("--method", required=True, choices=["dense", "tgr"])
+    r.add_argument("--setting", required=True)
+    r.add_argument("--encoder", default="all-MiniLM-L6-v2")
+    r.add_argument("--note", default=None)
+    r.add_argument("--command", required=True)
+    g = sub.add_parser("graph")
+    g.add_argument("run", type=Path)
+    g.add_argument("--setting", default=None)
+    g.add_argument("--command", required=True)
+    c = sub.add_parser("candidates")
+    c.add_argument("--dataset", required=True)
+    c.add_argument("--links", type=Path, default=None)
+    c.add_argument("--ms", type=int, nargs="+", default=[10, 20, 50, 100])
+    c.add_argument("--tool-text", default="io")
+    c.add_argument("--command", required=True)
+    sub.add_parser("render")
+    args = p.parse_args()
+    {"discriminator": discriminator, "retrieval": retrieval, "graph": graph, "candidates": candidates,
+     "render": lambda a: render()}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    main()

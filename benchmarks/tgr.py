@@ -38,11 +38,15 @@ GRAPH_METRICS = ("tools", "pairs_scored", "fraction_of_n_squared", "gold_edges",
 def discriminator(args: argparse.Namespace) -> None:
     res = json.loads((args.run / "results.json").read_text())
     test = res["test"]
+    if "per_source" not in test:  # a run from before the per-source report: test its best checkpoint again
+        test = {**test, "per_source": retest(res["training"]["best_checkpoint"])["per_source"]}
     metrics = {k: round(v, 4) for k, v in test.items() if isinstance(v, float)}
     counts = res["pairs"]
     row = {"method": "discriminator", "dataset": "tdi", "split": "test", "setting": res["stage"],
            "encoder": "all-MiniLM-L6-v2", "metrics": metrics, "confusion": test["confusion"], "labels": test["labels"],
            "loss": res["loss"], "class_count": res["class_count"],
+           "per_source": {k: {"macro_f1": round(v["macro_f1"], 4), "pairs": v["pairs"]} for k, v in
+                          test["per_source"].items()},
            "pairs": {name: counts[name]["per_class"] for name in ("pretrain", "finetune", "val", "test") if name in counts},
            "training_steps": res["training"]["global_step"], "seconds": round(res["training"]["seconds"]),
            "command": args.command}
@@ -51,6 +55,18 @@ def discriminator(args: argparse.Namespace) -> None:
     upsert(NAME, [row])
     render()
     print(json.dumps({k: row[k] for k in ("setting", "metrics", "training_steps")}))
+
+
+def retest(checkpoint: str) -> dict:
+    """The discriminator test report of a checkpoint (Lightning test on its own TDI test set)."""
+    import lightning as L
+
+    from toolgraph.inference import load_task
+
+    task = load_task(checkpoint)
+    dm = task.datamodule_for(task.cfg)
+    L.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False).test(task, datamodule=dm)
+    return task.test_report
 
 
 def _val_curve(run: Path) -> list[dict]:

@@ -69,6 +69,9 @@ def test_pretrain_then_finetune_end_to_end(pretrain_run, tdi_dir, tiny_bert_dir,
     assert sum(map(sum, results["test"]["confusion"])) == test_pairs
     assert 0.0 <= results["test"]["macro_f1"] <= 1.0 and "precision_b_needs_a" in results["test"]
     assert results["pairs"]["pretrain"]["total"] > 0
+    per_source = results["test"]["per_source"]
+    assert sum(v["pairs"] for v in per_source.values()) == test_pairs
+    assert sum(map(sum, next(iter(per_source.values()))["confusion"])) == test_pairs  # one source here
     assert Path(summary["best_checkpoint"]).is_file()
     with (out / "logs" / "metrics.csv").open() as f:
         losses = [float(r["train/loss"]) for r in csv.DictReader(f) if r.get("train/loss")]

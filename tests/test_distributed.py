@@ -110,6 +110,7 @@ def test_discriminator_trains_and_scores_graph_pairs_over_two_ranks(dependency_d
     res = json.loads((out / "results.json").read_text())
     test_pairs = sum(1 for _ in (tdi / "test.jsonl").open())
     assert sum(map(sum, res["test"]["confusion"])) == test_pairs  # each test pair counted once over 2 ranks
+    assert sum(v["pairs"] for v in res["test"]["per_source"].values()) == test_pairs
 
     graphs = {}
     for devices in (1, 2):

@@ -34,3 +34,19 @@ def test_usage_table_in_readme_is_generated_from_its_results_file():
     readme = (ROOT / "README.md").read_text()
     block = re.search(r"<!-- usage:start -->\n(.*?)<!-- usage:end -->", readme, re.S).group(1)
     assert block.strip() == table.strip()
+
+
+def test_tgr_tables_in_readme_are_generated_from_tgr_json(monkeypatch):
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import tgr
+
+    written = {}
+    monkeypatch.setattr(tgr, "write_readme_table", lambda marker, text: written.__setitem__(marker, text))
+    tgr.render()
+    readme = (ROOT / "README.md").read_text()
+    assert set(written) == {"tgr-discriminator", "tgr-retrieval", "tgr-graph"}
+    for marker, text in written.items():
+        block = re.search(rf"<!-- {marker}:start -->\n(.*?)<!-- {marker}:end -->", readme, re.S).group(1)
+        assert block.strip() == text.strip(), marker

@@ -159,3 +159,22 @@ def test_real_sources_build_with_counts(data_root):
     assert "ultratool" not in counts["test"]["per_source"]  # flagged: order links, train only
     train = tdi.tools_of("pretrain") | tdi.tools_of("finetune") | tdi.tools_of("val")
     assert not tdi.tools_of("test") & train
+
+
+def test_cli_tdi_build_prints_counts_per_class_and_source(dependency_dataset_dir, tmp_path, capsys):
+    from toolgraph.cli import main
+
+    src = f"sources=[{{dataset: {dependency_dataset_dir}}}]"
+    assert main(["data", "tdi", "build", str(tmp_path / "out"), src, "test_fraction=0.25", "seed=3"]) == 0
+    out = capsys.readouterr().out
+    name = load_dataset(str(dependency_dataset_dir)).name
+    assert "pretrain" in out and "finetune" in out and "test" in out and f"    {name}" in out
+    assert "a_needs_b" in out and "b_needs_a" in out
+    assert json.loads((tmp_path / "out" / "stats.json").read_text())["config"]["seed"] == 3
+    assert main(["data", "tdi", "build", str(tmp_path / "x"), "hard_negativs=2"]) == 2
+    assert "hard_negativs" in capsys.readouterr().err
+
+
+def test_links_dataset_options_are_checked(data_root):
+    with pytest.raises(ConfigError, match="unknown option.*tdi-links"):
+        load_dataset("tdi-links", data_root, negatives=2)

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torchmetrics.classification import MulticlassConfusionMatrix
 
-from toolgraph.data.tdi import LABELS, TDIConfig, build_tdi, read_tdi
+from toolgraph.data.tdi import LABEL_INDEX, LABELS, TDIConfig, build_tdi, read_tdi
 from toolgraph.errors import ConfigError
 from toolgraph.nn.encoder import load_backbone
 from toolgraph.nn.losses import category_averaged_ce
@@ -139,7 +139,12 @@ class DiscriminatorTask(Task):
         self.val_confusion.update(self(batch["inputs"]).argmax(1), batch["labels"])
 
     def test_step(self, batch: dict[str, Any], batch_idx: int) -> None:
-        self.test_confusion.update(self(batch["inputs"]).argmax(1), batch["labels"])
+        pred = self(batch["inputs"]).argmax(1)
+        self.test_confusion.update(pred, batch["labels"])
+        self._test_predictions += list(zip(batch["index"].tolist(), pred.tolist(), strict=True))
+
+    def on_test_epoch_start(self) -> None:
+        self._test_predictions: list[tuple[int, int]] = []
 
     def on_validation_epoch_end(self) -> None:
         report = classification_report(self.val_confusion.compute())
@@ -150,8 +155,25 @@ class DiscriminatorTask(Task):
         confusion = self.test_confusion.compute()
         report = classification_report(confusion)
         self.log_dict({f"test/{k}": v for k, v in report.items()})
-        self.test_report = {**report, "confusion": confusion.long().tolist(), "labels": list(LABELS)}
+        self.test_report = {**report, "confusion": confusion.long().tolist(), "labels": list(LABELS),
+                            "per_source": self._per_source()}
         self.test_confusion.reset()
+
+    def _per_source(self) -> dict[str, Any]:
+        """The test report of each source dataset (predictions gathered from every rank)."""
+        preds = self._test_predictions
+        if self.trainer.world_size > 1:
+            parts: list[Any] = [None] * self.trainer.world_size
+            torch.distributed.all_gather_object(parts, preds)
+            preds = [p for part in parts for p in part]
+        pairs = self.trainer.datamodule.tdi.pairs["test"]
+        confusion: dict[str, torch.Tensor] = {}
+        for index, pred in dict(preds).items():  # a pair repeated to even out ranks counts once
+            p = pairs[index]
+            c = confusion.setdefault(p.source, torch.zeros(len(LABELS), len(LABELS), dtype=torch.long))
+            c[LABEL_INDEX[p.label], pred] += 1
+        return {src: {"macro_f1": classification_report(c)["macro_f1"], "pairs": int(c.sum()),
+                      "confusion": c.tolist()} for src, c in sorted(confusion.items())}
 
     def predict_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, torch.Tensor]:
         return {"index": batch["index"], "probs": self(batch["inputs"]).float().softmax(-1)}  # [B], [B, 3]

@@ -82,9 +82,12 @@ def retrieval(args: argparse.Namespace) -> None:
     cfg = res["config"]
     row = {"method": args.method, "dataset": cfg["data"]["name"], "split": cfg["data"]["split"],
            "setting": args.setting, "encoder": args.encoder, "queries": res["dataset"]["queries"][cfg["data"]["split"]],
-           "metrics": {k: round(res["metrics"][k], 4) for k in RETRIEVAL_METRICS},
-           "retriever": {k: cfg["retriever"].get(k) for k in ("graph", "threshold", "layers", "direction") if
-                         k in cfg["retriever"]}, "command": args.command}
+           "metrics": {k: round(v, 4) for k, v in res["metrics"].items() if k in RETRIEVAL_METRICS
+                       or k in ("recall@20", "recall@50")},
+           "retriever": {k: v for k, v in (cfg.get("retriever") or {}).items()
+                         if k in ("graph", "threshold", "layers", "direction")}, "command": args.command}
+    if "training" in res:
+        row["training_steps"], row["seconds"] = res["training"]["global_step"], round(res["training"]["seconds"])
     if args.note:
         row["note"] = args.note
     upsert(NAME, [row])
@@ -155,6 +158,10 @@ def render() -> None:
                      f"{m['f1_b_needs_a']:.3f} | {m['f1_none']:.3f} | {m['precision_a_needs_b']:.3f} | "
                      f"{m['recall_a_needs_b']:.3f} | {m['precision_b_needs_a']:.3f} | {m['recall_b_needs_a']:.3f} | "
                      f"{r['training_steps']} |")
+    for r in disc:
+        if r.get("per_source"):
+            parts = ", ".join(f"{k} {v['macro_f1']:.3f} ({v['pairs']} pairs)" for k, v in r["per_source"].items())
+            lines.append(f"\n{r['setting']}: macro-F1 per source — {parts}.")
     write_readme_table("tgr-discriminator", "\n".join(lines))
     ret = sorted((r for r in rows if r["method"] in ("dense", "tgr")),
                  key=lambda r: (r["dataset"], r["encoder"], r["method"] != "dense", r["setting"]))
@@ -187,7 +194,7 @@ def main() -> None:
     d.add_argument("--command", required=True)
     r = sub.add_parser("retrieval")
     r.add_argument("run", type=Path)
-    r.add_argument("--method", required=True, choices=["dense", "tgr"])
+    r.add_argument("--method", required=True, choices=["dense", "tgr", "bi_encoder"])
     r.add_argument("--setting", required=True)
     r.add_argument("--encoder", default="all-MiniLM-L6-v2")
     r.add_argument("--note", default=None)

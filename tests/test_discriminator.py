@@ -135,3 +135,24 @@ def test_tdi_options_are_checked(tiny_bert_dir, tmp_path):
         load_tdi("tdi", {"negatives": 3}, None)
     with pytest.raises(ConfigError, match="data.options apply"):
         load_tdi(str(tmp_path), {"seed": 1}, None)
+
+
+def test_resume_mid_epoch_matches_uninterrupted(tdi_dir, tiny_bert_dir, tmp_path):
+    """Pair batches come from the seeded sampler and the checkpoint records the batches done, so a
+    run stopped at step 4 and resumed reaches the same weights as one run of 8 steps."""
+    def run(out, steps, extra=()):
+        over = [o for o in _overrides(tdi_dir, tiny_bert_dir, out, "pretrain", steps)
+                if not o.startswith(("data.batch_size", "trainer.val_check_interval", "trainer.check_val"))]
+        over += ["data.batch_size=4", "trainer.limit_val_batches=0", "test=false", "export=false",
+                 "optim.schedule=constant", "checkpoint.every_n_train_steps=4", *extra]
+        train(_cfg(over))
+        return torch.load(out / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+
+    ref = run(tmp_path / "ref", 8)
+    assert ref["global_step"] == 8
+    first = run(tmp_path / "run", 4)
+    assert first["global_step"] == 4 and first["loops"]["fit_loop"]["epoch_progress"]["current"]["completed"] == 0
+    resumed = run(tmp_path / "run", 8, ["resume=auto"])
+    assert resumed["global_step"] == 8
+    for k, v in ref["state_dict"].items():
+        assert torch.equal(v, resumed["state_dict"][k]), k

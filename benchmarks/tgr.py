@@ -173,7 +173,11 @@ def render() -> None:
     write_readme_table("tgr-retrieval", "\n".join(lines))
     lines = ["| dataset | candidates | pairs scored | % of N² | gold pairs among candidates | gold edges recovered "
              "(p≥thr) | edges kept | edge precision | seconds (candidates + scoring) |", "|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
+    def order(r: dict) -> tuple:
+        kind, _, m = r["setting"].partition("-m=")
+        return r["method"] != "graph_build", r["dataset"], kind, int(m) if m.isdigit() else 0
+
+    for r in sorted((r for r in rows if r["method"] in ("graph_build", "candidates")), key=order):
         m = r["metrics"]
         if r["method"] == "graph_build":
             lines.append(f"| {r['dataset']} ({m['tools']} tools) | {r['setting']} | {m['pairs_scored']} | "

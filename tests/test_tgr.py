@@ -112,3 +112,17 @@ def test_evaluate_runs_tgr_from_config(dependency_dataset_dir, tiny_bert_dir, tm
     assert rc == 0
     res = json.loads((tmp_path / "ev" / "results.json").read_text())
     assert 0 <= res["metrics"]["recall@5"] <= 1
+
+
+def test_edge_file_keeps_each_tools_most_probable_prerequisites(tmp_path):
+    from toolgraph.retrieval.tgr import read_edges
+
+    rows = [{"source": "a", "target": "x", "prob": 0.6}, {"source": "a", "target": "y", "prob": 0.9},
+            {"source": "a", "target": "z", "prob": 0.7}, {"source": "b", "target": "x", "prob": 0.55},
+            {"source": "b", "target": "y", "prob": 0.3}]
+    (tmp_path / "edges.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert read_edges(tmp_path, 0.5) == [("a", "x"), ("a", "y"), ("a", "z"), ("b", "x")]
+    assert read_edges(tmp_path, 0.5, max_per_source=1) == [("a", "y"), ("b", "x")]
+    assert read_edges(tmp_path, 0.5, max_per_source=2) == [("a", "y"), ("a", "z"), ("b", "x")]
+    with pytest.raises(ConfigError, match="max_prerequisites"):
+        read_edges(tmp_path, 0.5, max_per_source=0)

@@ -29,6 +29,7 @@ class TGRConfig(DenseConfig):
     name: str = "tgr"
     graph: str = "gold"  # gold (dataset dependencies) | path to edges.jsonl from `toolgraph graph build`
     threshold: float = 0.5  # edge-file probability at or above which an edge is kept
+    max_prerequisites: int | None = None  # edge file: keep each tool's k most probable prerequisites
     layers: int = 1
     direction: str = "to_prerequisite"  # to_prerequisite | to_dependent | symmetric (nn/propagate.py)
 
@@ -44,7 +45,7 @@ class TGRRetriever(DenseRetriever):
             raise ConfigError(f"retriever.direction must be one of {DIRECTIONS}, got {self.config.direction!r}")
         self.edges: list[tuple[str, str]] = []  # (source needs target), by tool id
         if self.config.graph != "gold":
-            self.edges = read_edges(self.config.graph, self.config.threshold)
+            self.edges = read_edges(self.config.graph, self.config.threshold, self.config.max_prerequisites)
 
     def fit(self, dataset: ToolDataset) -> None:
         if self.config.graph == "gold":
@@ -71,17 +72,31 @@ class TGRRetriever(DenseRetriever):
         super()._load_state(folder)
 
 
-def read_edges(path: str | Path, threshold: float = 0.5) -> list[tuple[str, str]]:
-    """(source, target) of an edges.jsonl (``{"source", "target", "prob"?}``) with prob >= threshold."""
+def read_edges(path: str | Path, threshold: float = 0.5, max_per_source: int | None = None) -> list[tuple[str, str]]:
+    """(source, target) of an edges.jsonl (``{"source", "target", "prob"?}``) with prob >= threshold;
+    ``max_per_source``: only each source's most probable targets (ties: file order)."""
     p = Path(path)
     if p.is_dir():
         p = p / "edges.jsonl"
     if not p.is_file():
         raise ConfigError(f"retriever.graph: {str(path)!r} is neither 'gold' nor an edges.jsonl (toolgraph graph build)")
-    out = []
+    kept = []
     for lineno, row in iter_jsonl(p):
         if not isinstance(row, dict) or not isinstance(row.get("source"), str) or not isinstance(row.get("target"), str):
             raise DataError("expected {\"source\": str, \"target\": str, \"prob\"?: number}", p, lineno)
-        if float(row.get("prob", 1.0)) >= threshold:
-            out.append((row["source"], row["target"]))
-    return out
+        prob = float(row.get("prob", 1.0))
+        if prob >= threshold:
+            kept.append((row["source"], row["target"], prob))
+    if max_per_source is not None:
+        if max_per_source < 1:
+            raise ConfigError(f"retriever.max_prerequisites must be >= 1 or null, got {max_per_source}")
+        ranked = sorted(range(len(kept)), key=lambda i: -kept[i][2])  # stable: file order among ties
+        count: dict[str, int] = {}
+        chosen = set()
+        for i in ranked:
+            source = kept[i][0]
+            if count.get(source, 0) < max_per_source:
+                count[source] = count.get(source, 0) + 1
+                chosen.add(i)
+        kept = [e for i, e in enumerate(kept) if i in chosen]
+    return [(s, t) for s, t, _ in kept]

@@ -111,14 +111,14 @@ def candidates(args: argparse.Namespace) -> None:
     """Coverage of the gold dependencies by the candidate pairs alone, for several M."""
     import toolgraph  # noqa: F401
     from toolgraph.data import load_dataset
-    from toolgraph.depgraph import GraphConfig, candidate_pairs, propose_links
+    from toolgraph.depgraph import GraphConfig, candidate_pairs, gold_coverage, propose_links
     from toolgraph.retrieval.base import natural_key
     from toolgraph.retrieval.dense import DenseConfig, DenseRetriever
 
     ds = load_dataset(args.dataset)
     tools = sorted(ds.tools, key=lambda t: natural_key(t.id))
     ids = [t.id for t in tools]
-    gold = {frozenset((d.source, d.target)) for d in ds.dependencies if d.source != d.target}
+    gold_edges = len({frozenset((d.source, d.target)) for d in ds.dependencies if d.source != d.target})
     n = len(tools)
     docs = {t.id: t.document(args.tool_text) for t in tools}
     rows = []
@@ -133,13 +133,12 @@ def candidates(args: argparse.Namespace) -> None:
             cfg = GraphConfig(top_m=m if kind == "embedding" else 0, same_category=False, same_agent=False)
             cand = candidate_pairs(tools, dense.tool_vectors if kind == "embedding" else None, cfg,
                                    [p[:m] for p in proposed] if kind == "links" else None)
-            found = {frozenset((ids[i], ids[j])) for i, j in cand}
             metrics = {"pairs": len(cand), "fraction_of_n_squared": round(len(cand) / (n * n), 5),
-                       "gold_pairs_in_candidates": round(sum(g in found for g in gold) / len(gold), 4)}
+                       "gold_pairs_in_candidates": round(gold_coverage(ds, ids, cand), 4)}
             if kind == "links":
                 metrics["seconds_proposing_top_m"] = round(link_s, 1)
             rows.append({"method": "candidates", "dataset": ds.name, "split": "all", "setting": f"{kind}-m={m}",
-                         "encoder": "all-MiniLM-L6-v2", "metrics": metrics, "gold_edges": len(gold),
+                         "encoder": "all-MiniLM-L6-v2", "metrics": metrics, "gold_edges": gold_edges,
                          "command": args.command})
             print(kind, m, metrics, flush=True)
     upsert(NAME, rows)

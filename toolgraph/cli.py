@@ -90,11 +90,11 @@ def cmd_graph(args: argparse.Namespace) -> int:
     from toolgraph.data import load_dataset, sources  # noqa: F401
     from toolgraph.depgraph import GraphConfig, build_graph, write_graph
     from toolgraph.inference import load_task
-    from toolgraph.tasks.discriminator import _resolve_checkpoint
+    from toolgraph.tasks.discriminator import resolve_checkpoint
 
     cfg = load_config(GraphConfig, [], args.overrides)
     ds = load_dataset(args.data, args.root, **_options(args.option))
-    task = load_task(_resolve_checkpoint(args.discriminator))
+    task = load_task(resolve_checkpoint(args.discriminator))
     edges, stats = build_graph(ds, task, cfg)
     if stats["rank"] != 0:  # under DDP every rank holds the gathered scores; one writes
         return 0

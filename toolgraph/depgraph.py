@@ -81,14 +81,12 @@ def score_pairs(task, documents: dict[str, str], pairs: list[tuple[str, str]],
     Lightning predict, and this process's global rank (rank outputs are gathered, so every rank
     returns the full matrix; let rank 0 write)."""
     import lightning as L
-    from torch.utils.data import DataLoader
 
-    from toolgraph.data.pairs import PairCollator
+    from toolgraph.data.pairs import length_sorted_loader
 
     items = [Pair(a, b, "none", "", "candidate") for a, b in pairs]  # label unused by predict
-    order = sorted(range(len(items)), key=lambda i: len(documents[items[i].tool_a]) + len(documents[items[i].tool_b]))
-    loader = DataLoader(order, batch_size=cfg.batch_size, shuffle=False,
-                        collate_fn=PairCollator(task.tokenizer, items, documents, task.model_cfg.max_pair_length))
+    # one loader over all pairs: under DDP Lightning shards it with a DistributedSampler
+    loader = length_sorted_loader(task.tokenizer, items, documents, task.model_cfg.max_pair_length, cfg.batch_size)
     trainer = L.Trainer(accelerator=cfg.accelerator, devices=cfg.devices, strategy=cfg.strategy, logger=False,
                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
     outputs = trainer.predict(task, dataloaders=loader) or []
@@ -134,14 +132,12 @@ def build_graph(ds: ToolDataset, task, cfg: GraphConfig) -> tuple[list[dict[str,
             edges.append({"source": ids[j], "target": ids[i], "prob": round(p[b_col], 5)})
     n = len(tools)
     gold = {(d.source, d.target) for d in ds.dependencies if d.source != d.target}
-    gold_pairs = {frozenset(e) for e in gold}
-    cand_pairs = {frozenset((ids[i], ids[j])) for i, j in cand}
     kept = {(e["source"], e["target"]) for e in edges if e["prob"] >= cfg.threshold}
     stats = {
         "dataset": ds.name, "tools": n, "n_squared": n * n, "pairs_scored": len(cand),
         "fraction_of_n_squared": len(cand) / max(1, n * n),
         "gold_edges": len(gold),
-        "gold_pairs_in_candidates": sum(p in cand_pairs for p in gold_pairs) / max(1, len(gold_pairs)),
+        "gold_pairs_in_candidates": gold_coverage(ds, ids, cand),
         "gold_edges_recovered": len(kept & gold) / max(1, len(gold)),
         "edges_kept": len(kept), "edge_precision": len(kept & gold) / max(1, len(kept)),
         "seconds_candidates": round(t1 - t0, 2), "seconds_scoring": round(t2 - t1, 2),
@@ -149,6 +145,13 @@ def build_graph(ds: ToolDataset, task, cfg: GraphConfig) -> tuple[list[dict[str,
         "discriminator_tool_text": style, "rank": rank,
     }
     return edges, stats
+
+
+def gold_coverage(ds: ToolDataset, ids: list[str], cand: list[tuple[int, int]]) -> float:
+    """Share of the dataset's (unordered) gold dependency pairs among the candidate pairs."""
+    gold = {frozenset((d.source, d.target)) for d in ds.dependencies if d.source != d.target}
+    found = {frozenset((ids[i], ids[j])) for i, j in cand}
+    return len(gold & found) / max(1, len(gold))
 
 
 def discriminator_tool_text(task) -> str:
@@ -167,14 +170,10 @@ def propose_links(tools: list[Tool], documents: dict[str, str], cfg: GraphConfig
     """Each tool's top ``links_m`` prerequisites by the link retriever (itself excluded). Tools are
     indexed as their rendered document, the form the link retriever was trained on."""
     import toolgraph
-    from toolgraph.data.tdi import LINK_QUERY_PREFIX
+    from toolgraph.data.tdi import LINK_QUERY_PREFIX, document_tool
 
     retriever = toolgraph.load(cfg.links)
-    as_docs = []
-    for t in tools:
-        head, _, rest = documents[t.id].partition(": ")
-        as_docs.append(Tool(id=t.id, name=head, description=rest))
-    retriever.index(as_docs)
+    retriever.index([document_tool(t.id, documents[t.id]) for t in tools])
     order = {t.id: i for i, t in enumerate(tools)}
     ranking = retriever.retrieve([LINK_QUERY_PREFIX + documents[t.id] for t in tools], cfg.links_m + 1)
     return [[order[j] for j in row if j != t.id][: cfg.links_m] for t, row in zip(tools, ranking.ids, strict=True)]

@@ -36,6 +36,14 @@ class PairCollator:
                 "index": torch.tensor(idx)}  # [B] position in the served list
 
 
+def length_sorted_loader(tokenizer, pairs: Sequence[Pair], documents: dict[str, str], max_length: int,
+                         batch_size: int, rank: int = 0, world: int = 1, **loader_kw: Any) -> DataLoader:
+    """Pairs in order of document length (less padding), every ``world``-th one from ``rank``."""
+    order = sorted(range(len(pairs)), key=lambda i: len(documents[pairs[i].tool_a]) + len(documents[pairs[i].tool_b]))
+    return DataLoader(order[rank::world], batch_size=batch_size, shuffle=False,
+                      collate_fn=PairCollator(tokenizer, pairs, documents, max_length), **loader_kw)
+
+
 class PairDataModule(ResumableDataModule):
     """Serves one training set of a TDISet (``pretrain`` or ``finetune``) plus its val and test."""
 
@@ -66,11 +74,8 @@ class PairDataModule(ResumableDataModule):
 
     def eval_loader(self, pairs: Sequence[Pair]) -> DataLoader:
         rank, world = self._rank_world()
-        docs = self.tdi.documents
-        order = sorted(range(len(pairs)), key=lambda i: len(docs[pairs[i].tool_a]) + len(docs[pairs[i].tool_b]))
-        return DataLoader(order[rank::world], batch_size=self.cfg.eval_batch_size, shuffle=False,
-                          collate_fn=PairCollator(self.tok, pairs, docs, self.max_length),
-                          num_workers=self.num_workers, generator=self._generator())
+        return length_sorted_loader(self.tok, pairs, self.tdi.documents, self.max_length, self.cfg.eval_batch_size,
+                                    rank, world, num_workers=self.num_workers, generator=self._generator())
 
     def val_dataloader(self) -> DataLoader:
         return self.eval_loader(self.tdi.pairs["val"])

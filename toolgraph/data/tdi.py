@@ -345,18 +345,24 @@ def read_tdi(folder: str | Path) -> TDISet:
 LINK_QUERY_PREFIX = "needs: "  # query = a dependent tool's document; gold = its prerequisites
 
 
+def document_tool(tool_id: str, document: str):
+    """A Tool whose rendered document is exactly ``document`` (``name: rest``): the form the link
+    retriever is trained and queried on, whatever the source's own fields were."""
+    from toolgraph.data.schema import Tool
+
+    head, _, rest = document.partition(": ")
+    return Tool(id=tool_id, name=head, description=rest)
+
+
 def links_dataset(tdi: TDISet, name: str = "tdi-links"):
     """A ToolDataset whose queries are dependent tools (``needs: <document>``) and whose gold tools
     are their prerequisites: train from the finetune set, val and test from theirs (test tools
     appear in no training edge). A bi-encoder trained on it proposes candidate pairs for graph
     construction (``toolgraph.depgraph``), where plain embedding similarity misses most
     dependencies (a prerequisite rarely reads like the tool that needs it)."""
-    from toolgraph.data.schema import Query, Tool, ToolDataset
+    from toolgraph.data.schema import Query, ToolDataset
 
-    tools = []
-    for tid, doc in sorted(tdi.documents.items()):
-        head, _, rest = doc.partition(": ")
-        tools.append(Tool(id=tid, name=head, description=rest))
+    tools = [document_tool(tid, doc) for tid, doc in sorted(tdi.documents.items())]
     queries = []
     for set_name, split in (("finetune", "train"), ("val", "val"), ("test", "test")):
         needs: dict[str, list[str]] = defaultdict(list)

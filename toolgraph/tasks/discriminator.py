@@ -87,7 +87,7 @@ class DiscriminatorTask(Task):
             backbone, self.tokenizer = load_backbone(m.encoder)
         self.network = PairScorer(backbone, m.dropout, outputs=len(LABELS))
         if m.init_from and not artifacts:  # a checkpoint carries its weights itself
-            start = _resolve_checkpoint(m.init_from)
+            start = resolve_checkpoint(m.init_from)
             from toolgraph.inference import load_task
 
             previous = load_task(start)
@@ -205,7 +205,7 @@ def load_tdi(name: str, options: dict[str, Any], root: str | None):
     return read_tdi(name)
 
 
-def _resolve_checkpoint(path: str) -> Path:
+def resolve_checkpoint(path: str) -> Path:
     """A .ckpt, or a run folder: its best checkpoint (results.json), else checkpoints/last.ckpt."""
     p = Path(path)
     if p.is_file():

@@ -1,0 +1,92 @@
+"""A trained graph encoder (LightGCN / GAT / GraphSAGE) as a Retriever.
+
+Tools of the training graph keep the embeddings the full graph gave them; a query, or a tool that
+was not in the graph (``add_tools``), is an isolated node: the GNN runs on its text embedding alone
+(exactly how val/test queries are scored during training). Scores are cosine similarities.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from toolgraph.nn.gnn import GraphEncoder, build_gnn
+from toolgraph.registry import RETRIEVERS
+from toolgraph.retrieval.base import Retriever, RetrieverConfig
+
+
+@dataclass
+class GNNConfig(RetrieverConfig):
+    name: str = "gnn"
+    gnn: str = "lightgcn"  # lightgcn | gat | sage
+    dim: int = 384  # text feature size
+    layers: int = 2
+    hidden: int = 384
+    heads: int = 4
+    encoder: str = "all-MiniLM-L6-v2"  # frozen text encoder of the node features
+    max_tool_length: int = 128
+    max_query_length: int = 128
+    cache_dir: str | None = ".cache/embeddings"
+
+
+@RETRIEVERS.register("gnn")
+class GNNRetriever(Retriever):
+    Config = GNNConfig
+    name = "gnn"
+
+    def __init__(self, config: GNNConfig | None = None, gnn: GraphEncoder | None = None,
+                 graph_tools: dict[str, torch.Tensor] | None = None):
+        super().__init__(config)
+        c = self.config
+        self.gnn = gnn if gnn is not None else build_gnn(c.gnn, c.dim, c.layers, c.hidden, c.heads)
+        self.gnn.eval()
+        self.graph_tools = graph_tools or {}  # tool id -> embedding from the training graph
+        self._embedder = None
+        self.tool_vectors = torch.zeros(0, 0)
+
+    @property
+    def embedder(self):
+        if self._embedder is None:
+            from toolgraph.data.graph import NodeText, text_embedder
+
+            c = self.config
+            self._embedder = text_embedder(NodeText(c.encoder, c.tool_text, c.max_tool_length, c.max_query_length,
+                                                    c.cache_dir))
+        return self._embedder
+
+    @torch.no_grad()
+    def isolated(self, node_type: str, x: torch.Tensor) -> torch.Tensor:
+        """GNN output of nodes with no edges: [n, D] -> [n, out]."""
+        return self.gnn({node_type: x}, {})[node_type]
+
+    def _build(self) -> None:
+        new = [t for t in self.tools if t.id not in self.graph_tools]
+        fresh = {}
+        if new:
+            x = self.embedder.embed(self.documents(new), "encoding tools")
+            fresh = dict(zip((t.id for t in new), self.isolated("tool", x), strict=True))
+        vecs = torch.stack([self.graph_tools.get(t.id, fresh.get(t.id)) for t in self.tools])  # [N, out]
+        self.tool_vectors = torch.nn.functional.normalize(vecs, dim=-1)
+
+    def score(self, queries: list[str]) -> torch.Tensor:
+        x = self.embedder.embed(list(queries), "encoding queries", self.config.max_query_length)  # [Q, D]
+        q = torch.nn.functional.normalize(self.isolated("query", x), dim=-1)
+        return q @ self.tool_vectors.T  # [Q, N]
+
+    def _save_state(self, folder: Path) -> None:
+        save_file({k: v.contiguous() for k, v in self.gnn.state_dict().items()}, str(folder / "gnn.safetensors"))
+        ids = sorted(self.graph_tools)
+        (folder / "graph_tools.json").write_text(json.dumps(ids) + "\n")
+        stacked = torch.stack([self.graph_tools[i] for i in ids]) if ids else torch.zeros(0, 0)
+        save_file({"vectors": stacked.contiguous()}, str(folder / "graph_tools.safetensors"))
+
+    def _load_state(self, folder: Path) -> None:
+        self.gnn.load_state_dict(load_file(str(folder / "gnn.safetensors")))
+        ids = json.loads((folder / "graph_tools.json").read_text())
+        vectors = load_file(str(folder / "graph_tools.safetensors"))["vectors"]
+        self.graph_tools = dict(zip(ids, vectors, strict=True))
+        self._build()

@@ -67,9 +67,10 @@ def test_torchrun_two_nodes_on_localhost(synthetic_dataset_dir, tiny_bert_dir, t
 
 
 @pytest.mark.distributed
-@pytest.mark.parametrize("task", ["mlc", "refiner"])
+@pytest.mark.parametrize("task", ["mlc", "refiner", "graph"])
 def test_label_and_rerank_tasks_under_ddp(task, synthetic_dataset_dir, tiny_bert_dir, tmp_path):
-    """Shuffled label batches and first-stage candidates sharded over 2 gloo ranks."""
+    """Shuffled label batches, first-stage candidates and full-batch GNN training (GAT through
+    to_hetero, every rank holding the whole graph) sharded over 2 gloo ranks."""
     out = tmp_path / task
     over = [o for o in tiny_train_overrides(synthetic_dataset_dir, tiny_bert_dir, out, steps=6)
             if not o.startswith(("model.", "trainer.devices", "trainer.val_check_interval"))]

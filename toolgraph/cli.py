@@ -139,7 +139,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if cfg.out:
         write_report(report, cfg.out, cfg, ds)
         (Path(cfg.out) / "config.yaml").write_text(to_yaml(cfg))
-        print(f"wrote {cfg.out}/results.json, rankings.jsonl, curves.png, config.yaml")
+        if not args.checkpoint:  # what fit() learned (Tool2Vec, LoSemB) loads with toolgraph.load(out/retriever)
+            retriever.save(Path(cfg.out) / "retriever")
+        print(f"wrote {cfg.out}/results.json, rankings.jsonl, curves.png, config.yaml, retriever/")
     return 0
 
 

@@ -184,7 +184,8 @@ class GraphDataModule(ResumableDataModule):
         return GraphBatchCollator(self.train_nodes, self.graph.gold)
 
     def _eval_loader(self, split: str) -> DataLoader:
-        nodes = self.graph.split_index(split)
+        rank, world = self._rank_world()
+        nodes = self.graph.split_index(split)[rank::world]  # shard by rank; metric states are summed
         return DataLoader(_Identity(len(nodes)), batch_size=self.eval_batch_size,
                           collate_fn=GraphBatchCollator(nodes, self.graph.gold))
 

@@ -142,7 +142,7 @@ def cmd_timing(args: argparse.Namespace) -> None:
     test = [q.text for q in ds.split("test")]
     r.config.cache_dir = None
     r._embedder = None  # a fresh in-memory embedder: nothing cached for the new tools
-    r.embedder.encoder  # load the model outside the timed part
+    _ = r.embedder.encoder  # load the model outside the timed part
     new = [t for t in ds.tools if t.id in unseen]
     t0 = time.perf_counter()
     r.add_tools(new)
@@ -167,7 +167,8 @@ def _fmt(v: float | None) -> str:
     return "–" if v is None else f"{100 * v:.2f}"
 
 
-def render() -> None:
+def render(save: bool = True) -> None:
+    """README tables from the results file; ``save`` also stores each row's relative drop in it."""
     path = RESULTS / f"{NAME}.json"
     rows = json.loads(path.read_text())["rows"] if path.exists() else []
     by = {(r["method"], r["dataset"], r["setting"]): r for r in rows}
@@ -176,7 +177,7 @@ def render() -> None:
         if base and r["setting"] != "transductive" and HEADLINE in r["metrics"]:
             b = base["metrics"][HEADLINE]
             r["metrics"]["relative_drop"] = round((b - r["metrics"][HEADLINE]) / b, 4) if b else None
-    if rows:
+    if rows and save:
         path.write_text(json.dumps({"rows": rows}, indent=1) + "\n")
     methods = [m for m in METHODS if any(r["method"] == m for r in rows)]
     methods += sorted({r["method"] for r in rows if r["method"].startswith("losemb+")})

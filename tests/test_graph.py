@@ -6,8 +6,8 @@ import json
 
 import pytest
 import torch
-
 from conftest import tiny_train_overrides
+
 from toolgraph.config import load_config
 from toolgraph.data import load_dataset
 from toolgraph.data.graph import NodeText, build_graph, without_queries_edges

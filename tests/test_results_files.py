@@ -50,3 +50,19 @@ def test_tgr_tables_in_readme_are_generated_from_tgr_json(monkeypatch):
     for marker, text in written.items():
         block = re.search(rf"<!-- {marker}:start -->\n(.*?)<!-- {marker}:end -->", readme, re.S).group(1)
         assert block.strip() == text.strip(), marker
+
+
+def test_inductive_tables_in_readme_are_generated_from_inductive_json(monkeypatch):
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import inductive
+
+    written = {}
+    monkeypatch.setattr(inductive, "write_readme_table", lambda marker, text: written.__setitem__(marker, text))
+    inductive.render(save=False)
+    readme = (ROOT / "README.md").read_text()
+    assert set(written) == {"inductive-main", "inductive-ablation", "inductive-kl", "inductive-timing"}
+    for marker, text in written.items():
+        block = re.search(rf"<!-- {marker}:start -->\n(.*?)<!-- {marker}:end -->", readme, re.S).group(1)
+        assert block.strip() == text.strip(), marker

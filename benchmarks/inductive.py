@@ -6,6 +6,8 @@
     python benchmarks/inductive.py gnn --dataset toollens --runs runs/inductive
     # LoSemB for every setting, its three ablations and the alignment KL (no training)
     python benchmarks/inductive.py losemb --dataset toollens
+    # J and I of LoSemB chosen on a nested inductive split of train/val (never on test)
+    python benchmarks/inductive.py tune --dataset toollens --variants "" "retriever.top_i=3"
     # add_tools of the unseen tools vs retraining the bi-encoder with them
     python benchmarks/inductive.py timing --dataset toollens --retrain-run RUN --retrain-command "..."
     python benchmarks/inductive.py render
@@ -123,6 +125,36 @@ def cmd_losemb(args: argparse.Namespace) -> None:
                               args.dataset, setting, m, command, seconds=round(seconds, 1))])
             print(method, setting, m, f"{seconds:.0f}s", flush=True)
     render()
+
+
+def cmd_tune(args: argparse.Namespace) -> None:
+    """LoSemB's J and I picked without the test set: val plays test, ``ratio`` of the val tools
+    (seed 1) become unseen and every training query using one is dropped (the same protocol one
+    level down). One row per (ratio, variant)."""
+    from dataclasses import replace
+
+    from toolgraph.config import EvaluateConfig, load_config
+    from toolgraph.data.schema import ToolDataset
+    from toolgraph.data.splits import inductive
+    from toolgraph.evaluation import evaluate, prepare_dataset
+    from toolgraph.retrieval import build_retriever
+
+    base = load_config(EvaluateConfig, [ROOT / f"configs/eval/losemb_{args.dataset}.yaml"], ["data.setting=standard"])
+    ds = prepare_dataset(base.data)
+    queries = [replace(q, split="test") if q.split == "val" else q for q in ds.queries if q.split != "test"]
+    ds = ToolDataset(ds.name, ds.tools, queries, ds.agents, ds.dependencies)
+    for ratio in args.ratios:
+        nested, unseen = inductive(ds, ratio, seed=1)
+        for variant in args.variants:
+            over = variant.split()
+            cfg = load_config(EvaluateConfig, [ROOT / f"configs/eval/losemb_{args.dataset}.yaml"], over)
+            m = headline(evaluate(build_retriever(cfg.retriever), nested, "test", cfg.eval).metrics)
+            setting = f"nested-val-{round(100 * ratio)} {variant}".strip()
+            command = (f"python benchmarks/inductive.py tune --dataset {args.dataset} --ratios {ratio} "
+                       f"--variants '{variant}'")
+            upsert(NAME, [row("losemb/tune", args.dataset, setting, m, command, unseen_tools=len(unseen),
+                              queries=len(nested.split("test")))])
+            print(setting, m[HEADLINE], flush=True)
 
 
 def cmd_timing(args: argparse.Namespace) -> None:
@@ -249,9 +281,14 @@ def main() -> None:
     t.add_argument("--dataset", required=True)
     t.add_argument("--retrain-run", type=Path, required=True)
     t.add_argument("--retrain-command", required=True)
+    u = sub.add_parser("tune")
+    u.add_argument("--dataset", required=True)
+    u.add_argument("--ratios", type=float, nargs="+", default=[0.1, 0.3])
+    u.add_argument("--variants", nargs="+", default=[""], help="override sets, e.g. 'retriever.top_i=3 retriever.top_j=5'")
     sub.add_parser("render")
     args = p.parse_args()
-    {"run": cmd_run, "gnn": cmd_gnn, "losemb": cmd_losemb, "timing": cmd_timing, "render": lambda a: render()}[args.cmd](args)
+    {"run": cmd_run, "gnn": cmd_gnn, "losemb": cmd_losemb, "timing": cmd_timing, "tune": cmd_tune,
+     "render": lambda a: render()}[args.cmd](args)
 
 
 if __name__ == "__main__":

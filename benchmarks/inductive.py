@@ -159,7 +159,7 @@ def cmd_tune(args: argparse.Namespace) -> None:
 
 def cmd_timing(args: argparse.Namespace) -> None:
     """LoSemB indexes the seen tools, then add_tools() takes the unseen ones (embedding cache off,
-    so their documents are really encoded); the same test metrics as indexing everything at once."""
+    so their documents are really encoded); checked to rank like indexing everything at once."""
     from toolgraph.config import EvaluateConfig, load_config
     from toolgraph.evaluation import prepare_dataset
     from toolgraph.retrieval import build_retriever

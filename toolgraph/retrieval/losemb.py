@@ -92,6 +92,7 @@ class LoSemBRetriever(Retriever):
         self.seen_delta: dict[str, torch.Tensor] = {}  # tool id -> dE from the graph
         self.examples: dict[str, list[str]] = {}  # tool id -> example requests (add_tools)
         self.n_train = 0  # rows of query_x from fit(); the rest are example requests
+        self.text_vectors: dict[str, torch.Tensor] = {}  # tool id -> X_t, so add_tools encodes only new tools
         # set by _build
         self.tool_x = torch.zeros(0, 0)
         self.tool_e = torch.zeros(0, 0)
@@ -155,7 +156,11 @@ class LoSemBRetriever(Retriever):
         if not self.n_train:
             raise RuntimeError("losemb: fit(dataset) (or load) before index(tools)")
         c = self.config
-        self.tool_x = F.normalize(self.embedder.embed(self.documents(), "encoding tools"), dim=-1)  # [N, D]
+        new = [t for t in self.tools if t.id not in self.text_vectors]
+        if new:
+            vecs = F.normalize(self.embedder.embed(self.documents(new), "encoding tools"), dim=-1)
+            self.text_vectors.update(zip((t.id for t in new), vecs, strict=True))
+        self.tool_x = torch.stack([self.text_vectors[t.id] for t in self.tools])  # [N, D]
         col = {t.id: i for i, t in enumerate(self.tools)}
         n_q, n = self.query_x.shape[0], len(self.tools)
         users = torch.zeros(n_q, n, dtype=torch.bool)
@@ -229,12 +234,13 @@ class LoSemBRetriever(Retriever):
         for tid in drop:
             self.examples.pop(tid, None)
             self.seen_delta.pop(tid, None)
+            self.text_vectors.pop(tid, None)
         super().remove_tools(drop)
 
     # ---- persistence ---------------------------------------------------------------------------
     def _save_state(self, folder: Path) -> None:
         seen = sorted(self.seen_delta)
-        tensors = {"query_x": self.query_x, "query_delta": self.query_delta,
+        tensors = {"query_x": self.query_x, "query_delta": self.query_delta, "tool_x": self.tool_x,
                    "seen_delta": torch.stack([self.seen_delta[i] for i in seen]) if seen else torch.zeros(0)}
         save_file({k: v.contiguous() for k, v in tensors.items()}, str(folder / "losemb.safetensors"))
         state = {"n_train": self.n_train, "query_tools": self.query_tools, "seen": seen, "examples": self.examples}
@@ -246,6 +252,7 @@ class LoSemBRetriever(Retriever):
         self.query_x, self.query_delta = t["query_x"], t["query_delta"]
         self.seen_delta = dict(zip(state["seen"], t["seen_delta"], strict=True)) if state["seen"] else {}
         self.n_train, self.query_tools, self.examples = state["n_train"], state["query_tools"], state["examples"]
+        self.text_vectors = dict(zip((tool.id for tool in self.tools), t["tool_x"], strict=True))
         self._build()
 
     # ---- analysis --------------------------------------------------------------------------------

@@ -127,3 +127,23 @@ def test_graph_config_errors(synthetic_dataset_dir, tiny_bert_dir, tmp_path):
         train(load_config(TrainConfig, [], over + ["model.gnn=gcn"]))
     with pytest.raises(ConfigError, match="model.loss"):
         train(load_config(TrainConfig, [], over + ["model.loss=hinge"]))
+
+
+def test_dependencies_from_a_tgr_edge_file(tiny_dataset_dir, tiny_bert_dir, tmp_path):
+    edges = tmp_path / "edges.jsonl"
+    edges.write_text('{"source": "t2", "target": "t1", "prob": 0.9}\n{"source": "t3", "target": "t5", "prob": 0.2}\n'
+                     '{"source": "t9", "target": "t1", "prob": 0.99}\n')
+    _, g = _graph(tiny_dataset_dir, tiny_bert_dir, dependencies=str(edges), dependency_threshold=0.5)
+    dep = g.data[("tool", "depends_on", "tool")].edge_index
+    # the 0.2 edge is under the threshold; t9 is not in the catalog
+    assert [(g.tools[a].id, g.tools[b].id) for a, b in dep.T.tolist()] == [("t2", "t1")]
+
+
+def test_inductive_unseen_tools_have_no_invoke_edges(synthetic_dataset_dir, tiny_bert_dir):
+    from toolgraph.data.splits import inductive
+
+    ds, unseen = inductive(load_dataset(str(synthetic_dataset_dir)), 0.3, seed=0)
+    g = build_graph(ds, NodeText(encoder=str(tiny_bert_dir), cache_dir=None))
+    invoked = {g.tools[t].id for t in g.data[INVOKES].edge_index[1].tolist()}
+    assert unseen and not invoked & set(unseen)
+    assert g.stats["tools_without_invocations"] == len(unseen)

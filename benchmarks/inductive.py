@@ -107,10 +107,21 @@ def _evaluate_losemb(dataset: str, setting: str, overrides: list[str]) -> tuple[
 
 
 def cmd_losemb(args: argparse.Namespace) -> None:
+    """LoSemB per setting (+ ablations). ``--graph-runs``: the trained LightGCN of each setting
+    (method ``losemb+lightgcn``); ``--encoder-runs``: X from the bi-encoder fine-tuned on each
+    setting's training split (method ``losemb+bi_encoder``); default: frozen MiniLM, no training."""
     base = f"python evaluate.py --config configs/eval/losemb_{args.dataset}.yaml"
     variants = [("losemb", [])] + [(f"losemb/{a}", [f"retriever.{a}=true"]) for a in ABLATIONS]
     for setting in args.settings:
-        extra = [f"retriever.graph={args.graph_runs / f'lightgcn_{args.dataset}_{setting}'}"] if args.graph_runs else []
+        extra, shown, suffix = [], [], ""
+        if args.graph_runs:
+            extra.append(f"retriever.graph={args.graph_runs / f'lightgcn_{args.dataset}_{setting}'}")
+            shown.append(f"retriever.graph=runs/inductive/lightgcn_{args.dataset}_{setting}")
+            suffix += "+lightgcn"
+        if args.encoder_runs:
+            extra.append(f"retriever.encoder={args.encoder_runs / f'bi_{args.dataset}_{setting}' / 'retriever' / 'encoder'}")
+            shown.append(f"retriever.encoder=runs/inductive/bi_{args.dataset}_{setting}/retriever/encoder")
+            suffix += "+bi_encoder"
         for method, over in variants:
             if method != "losemb" and setting not in args.ablation_settings:
                 continue
@@ -119,11 +130,10 @@ def cmd_losemb(args: argparse.Namespace) -> None:
             if method == "losemb" and any(r.transferred) and not all(r.transferred):
                 m.update({f"kl_{k}": round(v, 3) for k, v in r.alignment_kl().items()})
                 m["unseen_tools"] = sum(r.transferred)
-            shown = [f"retriever.graph=runs/inductive/lightgcn_{args.dataset}_{setting}"] if extra else []
             command = " ".join([base, f"data.setting={setting}", *over, *shown])
-            upsert(NAME, [row(method if not extra else method.replace("losemb", "losemb+lightgcn", 1),
-                              args.dataset, setting, m, command, seconds=round(seconds, 1))])
-            print(method, setting, m, f"{seconds:.0f}s", flush=True)
+            name = method.replace("losemb", "losemb" + suffix, 1)
+            upsert(NAME, [row(name, args.dataset, setting, m, command, seconds=round(seconds, 1))])
+            print(name, setting, m, f"{seconds:.0f}s", flush=True)
     render()
 
 
@@ -212,7 +222,7 @@ def render(save: bool = True) -> None:
     if rows and save:
         path.write_text(json.dumps({"rows": rows}, indent=1) + "\n")
     methods = [m for m in METHODS if any(r["method"] == m for r in rows)]
-    methods += sorted({r["method"] for r in rows if r["method"].startswith("losemb+")})
+    methods += sorted({r["method"] for r in rows if r["method"].startswith("losemb+") and "/" not in r["method"]})
     lines = []
     for ds in sorted({r["dataset"] for r in rows}):
         lines += [f"**{ds}** — mean of R@3, R@7, P@3, P@7 (×100); in brackets the relative drop from transductive",
@@ -277,6 +287,8 @@ def main() -> None:
     s.add_argument("--ablation-settings", nargs="+", default=["transductive", "inductive-30"])
     s.add_argument("--graph-runs", type=Path, default=None,
                    help="folder of trained lightgcn_<dataset>_<setting> runs (default: parameter-free propagation)")
+    s.add_argument("--encoder-runs", type=Path, default=None,
+                   help="folder of bi_<dataset>_<setting> train.py runs whose encoder gives X (default: frozen MiniLM)")
     t = sub.add_parser("timing")
     t.add_argument("--dataset", required=True)
     t.add_argument("--retrain-run", type=Path, required=True)

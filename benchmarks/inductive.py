@@ -4,6 +4,8 @@
     python benchmarks/inductive.py run RUN_DIR --method bi_encoder --command "python train.py ..."
     # train LightGCN / GAT / SAGE for every setting (finished runs are only read) -> rows
     python benchmarks/inductive.py gnn --dataset toollens --runs runs/inductive
+    # frozen MiniLM ("EmbSim" taken literally) for every setting
+    python benchmarks/inductive.py zeroshot --dataset toollens
     # LoSemB for every setting, its three ablations and the alignment KL (no training)
     python benchmarks/inductive.py losemb --dataset toollens
     # J and I of LoSemB chosen on a nested inductive split of train/val (never on test)
@@ -37,7 +39,7 @@ from results_io import RESULTS, machine, upsert, write_readme_table  # noqa: E40
 NAME = "inductive"
 ROOT = Path(__file__).resolve().parents[1]
 SETTINGS = ("transductive", "inductive-10", "inductive-20", "inductive-30", "noise-10")
-METHODS = ("bi_encoder", "instret", "cross_encoder", "lightgcn", "gat", "sage", "losemb")
+METHODS = ("minilm", "bi_encoder", "instret", "cross_encoder", "lightgcn", "gat", "sage", "losemb")
 ABLATIONS = ("no_query_transfer", "no_tool_transfer", "no_relational_retrieval")
 KEEP = ("recall@3", "recall@7", "precision@3", "precision@7")
 HEADLINE = "mean_r3_r7_p3_p7"
@@ -134,6 +136,24 @@ def cmd_losemb(args: argparse.Namespace) -> None:
             name = method.replace("losemb", "losemb" + suffix, 1)
             upsert(NAME, [row(name, args.dataset, setting, m, command, seconds=round(seconds, 1))])
             print(name, setting, m, f"{seconds:.0f}s", flush=True)
+    render()
+
+
+def cmd_zeroshot(args: argparse.Namespace) -> None:
+    """"EmbSim" in its literal sense: frozen all-MiniLM-L6-v2 cosine, nothing trained (method minilm)."""
+    from toolgraph.config import EvaluateConfig, load_config
+    from toolgraph.evaluation import evaluate, prepare_dataset
+    from toolgraph.retrieval import build_retriever
+
+    options = ["data.options.dependency_splits=[train]"] if args.dataset == "ultratool" else []
+    for setting in args.settings:
+        over = ["retriever.name=dense", "retriever.tool_text=default", "retriever.max_length=128",
+                f"data.name={args.dataset}", f"data.setting={setting}", "eval.ks=[3,7]", "eval.metrics=[recall,precision]",
+                *options]
+        cfg = load_config(EvaluateConfig, [], over)
+        m = headline(evaluate(build_retriever(cfg.retriever), prepare_dataset(cfg.data), "test", cfg.eval).metrics)
+        upsert(NAME, [row("minilm", args.dataset, setting, m, "python evaluate.py " + " ".join(over))])
+        print("minilm", setting, m, flush=True)
     render()
 
 
@@ -293,13 +313,16 @@ def main() -> None:
     t.add_argument("--dataset", required=True)
     t.add_argument("--retrain-run", type=Path, required=True)
     t.add_argument("--retrain-command", required=True)
+    z = sub.add_parser("zeroshot")
+    z.add_argument("--dataset", required=True)
+    z.add_argument("--settings", nargs="+", default=list(SETTINGS))
     u = sub.add_parser("tune")
     u.add_argument("--dataset", required=True)
     u.add_argument("--ratios", type=float, nargs="+", default=[0.1, 0.3])
     u.add_argument("--variants", nargs="+", default=[""], help="override sets, e.g. 'retriever.top_i=3 retriever.top_j=5'")
     sub.add_parser("render")
     args = p.parse_args()
-    {"run": cmd_run, "gnn": cmd_gnn, "losemb": cmd_losemb, "timing": cmd_timing, "tune": cmd_tune,
+    {"run": cmd_run, "gnn": cmd_gnn, "losemb": cmd_losemb, "timing": cmd_timing, "tune": cmd_tune, "zeroshot": cmd_zeroshot,
      "render": lambda a: render()}[args.cmd](args)
 
 

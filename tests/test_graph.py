@@ -104,6 +104,11 @@ def test_graph_task_trains_exports_and_reloads(kind, loss, synthetic_dataset_dir
     assert hits / len(test) == pytest.approx(results["metrics"]["pass@5"], abs=1e-6)
     # learned something beyond chance on 24 tools (5/24 = 0.21 at random)
     assert results["metrics"]["recall@5"] > 0.5
+    # a bare checkpoint rebuilds the graph from its data section and ranks the same
+    import toolgraph
+
+    from_ckpt = toolgraph.load(summary["best_checkpoint"])
+    assert from_ckpt.retrieve([q.text for q in test], 5).ids == ranking.ids
 
 
 def test_gnn_retriever_add_tools_scores_new_tools_from_text(synthetic_dataset_dir, tiny_bert_dir, tmp_path):

@@ -143,12 +143,20 @@ class GraphTask(RetrievalTask):
     def checkpoint_artifacts(self) -> dict[str, Any]:
         return {"dim": self.dim}
 
-    def export_retriever(self, folder: str | Path, tools: list) -> Any:
+    def as_retriever(self, tools: list | None = None) -> Any:
+        """The trained GNN as an in-memory ``gnn`` retriever. From a bare checkpoint
+        (``toolgraph.load(best.ckpt)``) the graph is rebuilt from the run's data section (cached
+        features); the catalog is that graph's tools unless ``tools`` is given."""
         import copy
 
         from toolgraph.retrieval.gnn import GNNConfig, GNNRetriever
 
         m, d = self.model_cfg, self.cfg.data
+        if self.graph is None:
+            from toolgraph.evaluation import prepare_dataset
+
+            self.graph = build_graph(prepare_dataset(d), self.node_text(), m.edges, m.dependencies,
+                                     m.dependency_threshold)
         was_training = self.gnn.training
         self.gnn.eval()
         with torch.no_grad():
@@ -160,7 +168,11 @@ class GraphTask(RetrievalTask):
                         tool_text=m.tool_text, max_tool_length=d.max_tool_length,
                         max_query_length=d.eval_max_query_length, cache_dir=m.cache_dir)
         r = GNNRetriever(cfg, copy.deepcopy(self.gnn).cpu().eval(), graph_tools)
-        r.index(tools)
+        r.index(self.graph.tools if tools is None else tools)
+        return r
+
+    def export_retriever(self, folder: str | Path, tools: list) -> Any:
+        r = self.as_retriever(tools)
         r.save(folder)
         return r
 

@@ -76,6 +76,11 @@ def text_embedder(cfg: NodeText, progress: bool = False):
                                       progress=progress))
 
 
+def text_embedder_for(cfg: Any):
+    """The embedder of a retriever config with encoder / tool_text / max_*_length / cache_dir."""
+    return text_embedder(NodeText(cfg.encoder, cfg.tool_text, cfg.max_tool_length, cfg.max_query_length, cfg.cache_dir))
+
+
 def read_dependency_edges(ds: ToolDataset, source: str, threshold: float = 0.5) -> list[tuple[str, str]]:
     """(dependent, prerequisite) pairs: the dataset's own (``gold``) or an edges.jsonl / graph folder."""
     if source == "gold":

@@ -103,11 +103,9 @@ class LoSemBRetriever(Retriever):
     @property
     def embedder(self):
         if self._embedder is None:
-            from toolgraph.data.graph import NodeText, text_embedder
+            from toolgraph.data.graph import text_embedder_for
 
-            c = self.config
-            self._embedder = text_embedder(NodeText(c.encoder, c.tool_text, c.max_tool_length, c.max_query_length,
-                                                    c.cache_dir))
+            self._embedder = text_embedder_for(self.config)
         return self._embedder
 
     def _queries_x(self, texts: Sequence[str]) -> torch.Tensor:

@@ -245,7 +245,7 @@ def render(save: bool = True) -> None:
     methods += sorted({r["method"] for r in rows if r["method"].startswith("losemb+") and "/" not in r["method"]})
     lines = []
     for ds in sorted({r["dataset"] for r in rows}):
-        lines += [f"**{ds}** — mean of R@3, R@7, P@3, P@7 (×100); in brackets the relative drop from transductive",
+        lines += [f"**{ds}** — mean of R@3, R@7, P@3, P@7 (×100); in brackets the change relative to transductive",
                   "", "| method | " + " | ".join(SETTINGS) + " |", "|---|" + "---|" * len(SETTINGS)]
         for m in methods:
             cells = []
@@ -256,7 +256,7 @@ def render(save: bool = True) -> None:
                     continue
                 v = r["metrics"][HEADLINE]
                 drop = r["metrics"].get("relative_drop")
-                cells.append(f"{100 * v:.2f}" + (f" ({100 * drop:+.1f} %)" if drop is not None else ""))
+                cells.append(f"{100 * v:.2f}" + (f" ({-100 * drop:+.1f} %)" if drop is not None else ""))
             if any(c != "–" for c in cells):
                 lines.append(f"| {m} | " + " | ".join(cells) + " |")
         lines.append("")
@@ -272,7 +272,8 @@ def render(save: bool = True) -> None:
                          " | ".join(_fmt(m[k]) for k in (*KEEP, HEADLINE)) + " |")
     write_readme_table("inductive-ablation", "\n".join(lines))
 
-    lines = ["| dataset | setting | unseen tools | KL before alignment | KL after |", "|---|---|---|---|---|"]
+    lines = ["| dataset | setting | tools without training queries | KL before alignment | KL after |",
+             "|---|---|---|---|---|"]
     for r in sorted(rows, key=lambda r: (r["dataset"], r["setting"])):
         if r["method"] == "losemb" and "kl_before" in r["metrics"]:
             m = r["metrics"]

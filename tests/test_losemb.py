@@ -64,6 +64,9 @@ def test_query_transfer_and_pruning_and_ablations(tiny_dataset_dir, tiny_bert_di
     plain = r.score(q)
     xq = F.normalize(r.embedder.embed(q, max_length=128), dim=-1)
     assert torch.allclose(plain, xq @ F.normalize(r.tool_e, dim=-1).T, atol=1e-6)
+    r.config.prune_unseen = False  # tools without training queries stay candidates for every request
+    r.index(r.tools)
+    assert all(bool(r.users[:, i].all()) == tr for i, tr in enumerate(r.transferred) if tr)
     r.config.no_tool_transfer = True
     r.index(r.tools)
     for i, tr in enumerate(r.transferred):

@@ -72,6 +72,7 @@ class LoSemBConfig(RetrieverConfig):
     no_query_transfer: bool = False  # ablation: new queries get no logical feature
     no_tool_transfer: bool = False  # ablation: unseen tools get no logical feature
     no_relational_retrieval: bool = False  # ablation: no pruning, plain cosine of the aligned embeddings
+    prune_unseen: bool = True  # false: tools without training queries are always candidates (only seen ones pruned)
 
 
 @RETRIEVERS.register("losemb")
@@ -179,7 +180,7 @@ class LoSemBRetriever(Retriever):
                 continue
             probes = self._queries_x(self.examples[t.id]) if t.id in self.examples else self.tool_x[i: i + 1]
             near = (probes @ train_x.T).topk(min(c.top_j, self.n_train), dim=1).indices.flatten().unique()  # S_t
-            users[near, i] = True  # the unseen tool counts as used by S_t (pruning)
+            users[near if c.prune_unseen else slice(None), i] = True  # counts as used by S_t (or by every row)
             freq = seen_users[near].sum(0)  # [S]  eq. 7
             if not c.no_tool_transfer and freq.sum() > 0:
                 delta[i] = (freq / freq.sum()) @ seen_delta  # eq. 8-9

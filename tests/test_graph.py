@@ -50,7 +50,7 @@ def test_edge_kinds_can_be_left_out_and_unknown_kinds_fail(tiny_dataset_dir, tin
 def test_batch_queries_are_isolated_in_training(tiny_dataset_dir, tiny_bert_dir):
     _, g = _graph(tiny_dataset_dir, tiny_bert_dir)
     q2 = g.query_ids.index("q2")
-    edges = without_queries_edges(g, torch.tensor([q2]))
+    edges = without_queries_edges(g.edge_index_dict(), torch.tensor([q2]), g.data["query"].num_nodes)
     assert edges[INVOKES].tolist() == [[g.query_ids.index("q1")], [0]]
     assert edges[("tool", "rev_invokes", "query")].tolist() == [[0], [g.query_ids.index("q1")]]
 

@@ -133,16 +133,18 @@ def build_graph(ds: ToolDataset, node_text: NodeText, edges: tuple[str, ...] | l
     return ToolGraph(data, tools, [q.id for q in queries], [q.split for q in queries], gold, agents, stats)
 
 
-def without_queries_edges(graph: ToolGraph, hide: torch.Tensor) -> dict[tuple[str, str, str], torch.Tensor]:
-    """The edge dict with every invoke edge of the query nodes in ``hide`` removed, so the queries
-    scored in a training step are isolated, exactly as a new query is at test time."""
-    out = graph.edge_index_dict()
+def without_queries_edges(edges: dict[tuple[str, str, str], torch.Tensor], hide: torch.Tensor,
+                          num_queries: int) -> dict[tuple[str, str, str], torch.Tensor]:
+    """``edges`` with every invoke edge of the query nodes in ``hide`` removed, so the queries
+    scored in a training step are isolated, exactly as a new query is at test time. Works on
+    whatever device the edges live on (no copy of the graph per step)."""
+    out = dict(edges)
     inv = out[INVOKES]
-    mask = torch.zeros(graph.data["query"].num_nodes, dtype=torch.bool, device=inv.device)
-    mask[hide] = True
-    keep = ~mask[inv[0]]
-    out[INVOKES] = inv[:, keep]
-    out[("tool", "rev_invokes", "query")] = inv[:, keep].flip(0)
+    mask = torch.zeros(num_queries, dtype=torch.bool, device=inv.device)
+    mask[hide.to(inv.device)] = True
+    kept = inv[:, ~mask[inv[0]]]
+    out[INVOKES] = kept
+    out[("tool", "rev_invokes", "query")] = kept.flip(0)
     return out
 
 

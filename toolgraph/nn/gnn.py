@@ -19,6 +19,8 @@ has empty tensors for them, so a model is built without seeing data (checkpoints
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+
 import torch
 from torch import nn
 from torch_geometric.nn import GATConv, LGConv, SAGEConv, to_hetero
@@ -36,7 +38,7 @@ GNNS = ("lightgcn", "gat", "sage")
 EdgeDict = dict[tuple[str, str, str], torch.Tensor]
 
 
-class GraphEncoder(nn.Module):
+class GraphEncoder(nn.Module, ABC):
     """Base: ``forward(x_dict, edge_index_dict) -> {node type: [n, out_dim]}``."""
 
     def __init__(self, dim: int, layers: int):
@@ -46,8 +48,8 @@ class GraphEncoder(nn.Module):
     def fit_features(self, x: torch.Tensor) -> None:  # noqa: B027 - optional hook
         """See the training features [n, D] once before training (input standardisation)."""
 
-    def forward(self, x_dict: dict[str, torch.Tensor], edge_index_dict: EdgeDict) -> dict[str, torch.Tensor]:
-        raise NotImplementedError
+    @abstractmethod
+    def forward(self, x_dict: dict[str, torch.Tensor], edge_index_dict: EdgeDict) -> dict[str, torch.Tensor]: ...
 
 
 class LightGCNEncoder(GraphEncoder):
@@ -117,8 +119,9 @@ class HeteroEncoder(GraphEncoder):
         self.center.copy_(x.mean(0))
         self.scale.copy_(x.std(0).clamp_min(1e-6))
 
+    @abstractmethod
     def make_conv(self, d_in: int, d_out: int) -> nn.Module:
-        raise NotImplementedError
+        """The one layer a variant builds (d_in -> d_out, bipartite-capable)."""
 
     def forward(self, x_dict: dict[str, torch.Tensor], edge_index_dict: EdgeDict) -> dict[str, torch.Tensor]:
         x_all = {t: (x_dict[t] - self.center) / self.scale if t in x_dict else _empty(x_dict, self.dim)

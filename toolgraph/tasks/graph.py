@@ -69,7 +69,8 @@ class GraphTask(RetrievalTask):
         self.dim = int(artifacts["dim"]) if artifacts else text_dim(m.encoder)
         self.gnn = build_gnn(m.gnn, self.dim, m.layers, m.hidden, m.heads, m.dropout)
         self.graph: ToolGraph | None = None
-        self._x: dict[str, torch.Tensor] = {}
+        self._x: dict[str, torch.Tensor] = {}  # the graph on this module's device (moved once)
+        self._edges: dict[tuple[str, str, str], torch.Tensor] = {}
         self._scored: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def node_text(self) -> NodeText:
@@ -100,8 +101,7 @@ class GraphTask(RetrievalTask):
         x, edges = self._graph_on_device()
         qidx = batch["query_index"]  # [B]
         if self.model_cfg.hide_batch_edges:
-            edges = without_queries_edges(self.graph, qidx)
-            edges = {e: v.to(self.device) for e, v in edges.items()}
+            edges = without_queries_edges(edges, qidx, x["query"].shape[0])
         out = self.gnn(x, edges)
         q = F.normalize(out["query"][qidx], dim=-1)  # [B, H]
         t = F.normalize(out["tool"], dim=-1)  # [N, H]

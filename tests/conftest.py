@@ -152,3 +152,64 @@ def tiny_discriminator_ckpt(dependency_dataset_dir, tiny_bert_dir, tmp_path_fact
             "trainer.enable_progress_bar=false", "logger.wandb=false", "checkpoint.monitor=val/macro_f1"]
     summary = train(load_config(TrainConfig, [{"model": {"name": "discriminator"}}], over))
     return Path(summary["best_checkpoint"])
+
+
+MCP_SERVERS = [
+    {"name": "weather-server", "description": "Weather forecasts and current conditions for any city",
+     "category": "Weather", "tools": {"weather": {"tools": [
+         {"name": "get_forecast", "description": "seven day weather forecast for a city",
+          "inputSchema": {"type": "object", "properties": {"city": {"type": "string"}}}},
+         {"name": "get_current_weather", "description": "current temperature and wind in a city",
+          "inputSchema": {"type": "object", "properties": {"city": {"type": "string"}}}}]}}},
+    {"name": "flights", "description": "Search and book airline flights", "category": "Travel",
+     "tools": {"amadeus": {"tools": [
+         {"name": "search_flights", "description": "find flights between two airports on a date",
+          "inputSchema": {"type": "object", "properties": {"from": {}, "to": {}, "date": {}}}},
+         {"name": "book_flight", "description": "book a seat on a flight", "inputSchema": {}}]}}},
+    {"name": "hotels", "description": "Hotel search and reservations", "category": "Travel",
+     "tools": {"booking": {"tools": [
+         {"name": "search", "description": "find hotels in a city with free rooms", "inputSchema": {}},
+         {"name": "reserve_room", "description": "reserve a hotel room", "inputSchema": {}}]}}},
+    {"name": "web-search", "description": "Search the web", "category": "Search",
+     "tools": {"ddg": {"tools": [
+         {"name": "search", "description": "web search for any text query", "inputSchema": {}},
+         {"name": "fetch_page", "description": "download a web page as text", "inputSchema": {}}]},
+               "ddg-copy": {"tools": [{"name": "search", "description": "duplicate config", "inputSchema": {}}]}}},
+    {"name": "finance", "description": "Stock prices and currency exchange", "category": "Finance",
+     "tools": [{"name": "stock_quote", "description": "latest price of a stock ticker", "inputSchema": {}},
+               {"name": "convert_currency", "description": "convert an amount between currencies",
+                "inputSchema": {}}]},
+]
+
+MCP_TASKS = [
+    {"task_id": "t1", "Question": "Will it rain in Paris this week?", "category": "Weather",
+     "Annotator Metadata": {"Steps": "1. Get the forecast for Paris\n2. Look for rain", "Tools": "1. get_forecast",
+                            "Number of tools": "1"}},
+    {"task_id": "t2", "Question": "Find a flight from Boston to Rome on May 3 and a hotel there",
+     "category": "Travel",
+     "Annotator Metadata": {"Steps": "1. Search flights from BOS to FCO on May 3\n2. Search hotels in Rome\n"
+                                     "   with free rooms", "Tools": "1. search_flights\n2. search",
+                            "Number of tools": "2"}},
+    {"task_id": "t3", "Question": "Search the web for the latest MCP spec and convert 10 USD to EUR",
+     "category": "Search",
+     "Annotator Metadata": {"Steps": "1. Web search for MCP specification\n2. Convert 10 USD to EUR",
+                            "Tools": "1. search\n2. finance/convert_currency\n3. not_a_tool", "Number of tools": "2"}},
+    {"task_id": "t4", "Question": "Tell me a joke", "category": "Fun",
+     "Annotator Metadata": {"Steps": "1. Tell a joke", "Tools": "1. joke_teller", "Number of tools": "1"}},
+]
+
+
+def write_mcp_catalog(folder: Path, servers=None, tasks=None) -> tuple[Path, Path]:
+    """The LiveMCPBench layout: a servers JSON list and a tasks JSON list."""
+    import json
+
+    folder.mkdir(parents=True, exist_ok=True)
+    s, t = folder / "servers.json", folder / "tasks.json"
+    s.write_text(json.dumps(MCP_SERVERS if servers is None else servers, indent=1))
+    t.write_text(json.dumps(MCP_TASKS if tasks is None else tasks, indent=1))
+    return s, t
+
+
+@pytest.fixture
+def mcp_catalog(tmp_path) -> tuple[Path, Path]:
+    return write_mcp_catalog(tmp_path / "mcp")

@@ -1,7 +1,7 @@
 """The canonical on-disk format: a folder of JSONL files, read and written with validation.
 
     tools.jsonl         {"id", "name", "description", "agent"?, "category"?, "parameters"?, "returns"?}
-    agents.jsonl        {"id", "name", "description"}                       (optional)
+    agents.jsonl        {"id", "name", "description", "category"?}          (optional)
     queries.jsonl       {"id", "text", "tools": [ids], "split", "steps"?: [text]}
     dependencies.jsonl  {"source", "target", "kind"?}                       (optional)
 
@@ -150,7 +150,7 @@ def read_dataset(folder: str | Path, name: str | None = None) -> ToolDataset:
             if obj["id"] in seen:
                 raise DataError(f"duplicate agent id {obj['id']!r} (first on line {seen[obj['id']]})", agents_path, lineno)
             seen[obj["id"]] = lineno
-            agents.append(Agent(obj["id"], obj["name"], obj.get("description", "")))
+            agents.append(Agent(obj["id"], obj["name"], obj.get("description", ""), obj.get("category")))
         for t in tools:
             if t.agent is not None and t.agent not in seen:
                 raise DataError(f"tool {t.id!r} names unknown agent {t.agent!r}", tools_path, tool_line[t.id])
@@ -205,7 +205,7 @@ def write_dataset(ds: ToolDataset, folder: str | Path) -> Path:
     dump(folder / "queries.jsonl", [_drop_none({**vars(q), "tools": list(q.tools),
                                                "steps": list(q.steps) if q.steps else None}) for q in ds.queries])
     if ds.agents:
-        dump(folder / "agents.jsonl", [vars(a) for a in ds.agents])
+        dump(folder / "agents.jsonl", [_drop_none(vars(a)) for a in ds.agents])
     if ds.dependencies:
         dump(folder / "dependencies.jsonl", [_drop_none(vars(d)) for d in ds.dependencies])
     (folder / "meta.json").write_text(json.dumps({**ds.stats(), "notes": ds.notes}, indent=2, default=str) + "\n")

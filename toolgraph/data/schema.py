@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,9 +34,16 @@ class Tool:
 
 @dataclass(frozen=True)
 class Agent:
+    """The owner of tools: a RapidAPI tool (its APIs), an MCP server (its tools), a library."""
+
     id: str
     name: str
     description: str = ""
+    category: str | None = None
+
+    def document(self, tools: Sequence[str] = ()) -> str:
+        """Text an encoder reads: name and description first; ``tools`` (names) appended if given."""
+        return render_agent(self, tools)
 
 
 @dataclass(frozen=True)
@@ -173,6 +181,16 @@ def render_tool(tool: Tool, style: str = "default") -> str:
             f"return_schema: {json.dumps(tool.returns if tool.returns is not None else {})}"
         )
     raise DataError(f"unknown tool text style {style!r}; expected default, io, name_desc or toolbench")
+
+
+def render_agent(agent: Agent, tools: Sequence[str] = ()) -> str:
+    """``name: description. category C. tools: a, b, c`` (empty parts left out)."""
+    parts = [f"{agent.name}: {agent.description}".strip().rstrip(":")]
+    if agent.category:
+        parts.append(f"category {agent.category}")
+    if tools:
+        parts.append("tools: " + ", ".join(tools))
+    return ". ".join(p.rstrip(" .") for p in parts if p.rstrip(" ."))
 
 
 def _param_names(parameters: Any) -> list[str]:

@@ -20,6 +20,11 @@ Test sets: StableToolBench (Guo et al., ACL Findings 2024) solvable queries (def
 (``source="draft"``). For G3, ``corpus="colt"`` uses COLT's (Qu et al., CIKM 2024) processed
 1,419-API ToolBench-G3 corpus as the catalog instead of the union of candidates; relevant pairs are
 then matched by (tool_name, api_name) and the query's own api_list is ignored.
+
+Agents carry no description in these files (only a name and a category). ``agent_docs="initial"``
+(or ``"draft"``) takes the RapidAPI tool descriptions DRAFT ships for 282 tools, matched by name:
+they cover DRAFT's G2 catalog (277 of 280 agents) but few of the others — mind the coverage (in
+``notes["agent_docs"]``) before comparing agent-description methods.
 """
 
 from __future__ import annotations
@@ -41,6 +46,8 @@ Key = tuple[str, str]
 _STABLE = "toolbench-stabletoolbench/solvable_queries/test_instruction"
 _DRAFT = "toolbench-draft-testsets/dataset/ToolBench/test_data"
 _COLT_G3 = "toolbench-colt/datasets/ToolBenchG3/corpus.jsonl"
+_AGENT_DOCS = {"initial": "toolbench-draft-testsets/dataset/ToolBench/tool_instruction/Initial.json",
+               "draft": "toolbench-draft-testsets/dataset/ToolBench/tool_instruction/DRAFT.json"}
 # group -> source -> {subset: file}
 _TEST_FILES = {
     "G1": {"stabletoolbench": {s: f"{_STABLE}/G1_{s}.json" for s in ("instruction", "category", "tool")}},
@@ -74,7 +81,7 @@ class Catalog:
             tid = f"{base}~{n}"
         ids.append(tid)
         self.tools[tid] = replace(new, id=tid)
-        self.agents.setdefault(key[0], Agent(key[0], key[0], f"RapidAPI tool in category {category}"))
+        self.agents.setdefault(key[0], Agent(key[0], key[0], "", category))
         return tid
 
     def add_api(self, api: Any, where: str, path: Path, line: int | None = None) -> str:
@@ -87,6 +94,29 @@ class Catalog:
         params = {"required": api.get("required_parameters", []), "optional": api.get("optional_parameters", [])}
         return self.add(api["tool_name"], api["api_name"], api.get("category_name"), api.get("api_description") or "",
                         params, api.get("template_response"))
+
+    def describe_agents(self, root: Path, which: str | None, notes: dict) -> None:
+        """Give agents the RapidAPI tool descriptions DRAFT ships (``initial``: the original docs,
+        ``draft``: DRAFT's rewritten ones), matched by tool name; how many matched goes to ``notes``."""
+        if which is None:
+            return
+        if which not in _AGENT_DOCS:
+            raise ConfigError(f"toolbench: agent_docs must be null, 'initial' or 'draft', got {which!r}")
+        path = root / _AGENT_DOCS[which]
+        data = read_json(path)
+        if not isinstance(data, dict):
+            raise DataError(f"expected an object of tool docs, got {type(data).__name__}", path)
+        docs: dict[str, str] = {}
+        for key, doc in data.items():
+            if not isinstance(doc, dict) or not isinstance(doc.get("tool_name"), str):
+                raise DataError(f"tool doc {key!r}: missing 'tool_name'", path)
+            docs.setdefault(doc["tool_name"].strip(), (doc.get("tool_description") or "").strip())
+        matched = 0
+        for aid, agent in self.agents.items():
+            if docs.get(aid):
+                self.agents[aid] = replace(agent, description=docs[aid])
+                matched += 1
+        notes["agent_docs"] = {"file": str(path), "agents_described": matched, "agents": len(self.agents)}
 
     def dataset(self, name: str, queries: list[Query], skipped: Counter, notes: dict) -> ToolDataset:
         return ToolDataset(name, list(self.tools.values()), queries, list(self.agents.values()), [], +skipped, notes)
@@ -176,7 +206,7 @@ def read_colt_corpus(path: Path) -> Catalog:
 
 
 def _load_test_group(root: Path, group: str, source: str, subsets: Sequence[str] | None,
-                     corpus: str = "candidates") -> ToolDataset:
+                     corpus: str = "candidates", agent_docs: str | None = None) -> ToolDataset:
     files = _TEST_FILES[group].get(source)
     if files is None:
         raise ConfigError(f"toolbench-{group.lower()}: source {source!r} not available; "
@@ -202,26 +232,29 @@ def _load_test_group(root: Path, group: str, source: str, subsets: Sequence[str]
         wanted = {k for r in records for k in r.relevant}
         notes.update(corpus_file=str(root / _COLT_G3),
                      colt_relevant_found=sum(k in catalog.by_key for k in wanted), colt_relevant_total=len(wanted))
+    catalog.describe_agents(root, agent_docs, notes)
     return catalog.dataset(f"toolbench-{group.lower()}", queries, skipped, notes)
 
 
 @DATASETS.register("toolbench-g1")
-def load_g1(root: Path, source: str = "stabletoolbench", subsets: list[str] | None = None) -> ToolDataset:
+def load_g1(root: Path, source: str = "stabletoolbench", subsets: list[str] | None = None,
+            agent_docs: str | None = None) -> ToolDataset:
     """G1 (single-tool) test queries: instruction/category/tool subsets; catalog = union of candidates."""
-    return _load_test_group(root, "G1", source, subsets)
+    return _load_test_group(root, "G1", source, subsets, agent_docs=agent_docs)
 
 
 @DATASETS.register("toolbench-g2")
-def load_g2(root: Path, source: str = "stabletoolbench", subsets: list[str] | None = None) -> ToolDataset:
+def load_g2(root: Path, source: str = "stabletoolbench", subsets: list[str] | None = None,
+            agent_docs: str | None = None) -> ToolDataset:
     """G2 (intra-category multi-tool) test queries; ``source="draft"`` = original G2_category (199)."""
-    return _load_test_group(root, "G2", source, subsets)
+    return _load_test_group(root, "G2", source, subsets, agent_docs=agent_docs)
 
 
 @DATASETS.register("toolbench-g3")
 def load_g3(root: Path, source: str = "stabletoolbench", subsets: list[str] | None = None,
-            corpus: str = "candidates") -> ToolDataset:
+            corpus: str = "candidates", agent_docs: str | None = None) -> ToolDataset:
     """G3 (intra-collection multi-tool) test queries; ``corpus="colt"``: COLT's 1,419-API catalog."""
-    return _load_test_group(root, "G3", source, subsets, corpus)
+    return _load_test_group(root, "G3", source, subsets, corpus, agent_docs)
 
 
 @DATASETS.register("toolbench-instructions")

@@ -1,0 +1,115 @@
+import json
+
+import pytest
+from conftest import MCP_SERVERS, write_mcp_catalog
+
+from toolgraph.data import load_dataset
+from toolgraph.data.formats import read_dataset, write_dataset
+from toolgraph.data.sources.mcp import numbered_items
+from toolgraph.errors import ConfigError, DataError
+
+
+def load(servers, tasks=None, **kw):
+    return load_dataset("mcp", servers.parent, servers=str(servers), tasks=str(tasks) if tasks else None, **kw)
+
+
+def test_servers_become_agents_and_tools_keep_schema(mcp_catalog):
+    ds = load(*mcp_catalog)
+    assert [a.id for a in ds.agents] == [s["name"] for s in MCP_SERVERS]
+    assert ds.agents[0].category == "Weather" and ds.agents[0].description.startswith("Weather forecasts")
+    t = ds.tool_by_id()["weather-server::get_forecast"]
+    assert t.agent == "weather-server" and t.parameters["properties"]["city"] == {"type": "string"}
+    assert "finance::convert_currency" in ds.tool_by_id()  # tools given as a plain list
+    assert len(ds.tools) == 10  # web-search's second config repeats 'search': first copy kept
+    assert ds.skipped["tool repeated inside a server (first kept)"] == 1
+
+
+def test_gold_and_steps_from_numbered_lines(mcp_catalog):
+    ds = load(*mcp_catalog)
+    q = {q.id: q for q in ds.queries}
+    assert q["t1"].tools == ("weather-server::get_forecast",)
+    assert q["t1"].steps == ("Get the forecast for Paris", "Look for rain")
+    assert q["t2"].steps[1] == "Search hotels in Rome with free rooms"  # continuation line joined
+    # 'search' is in hotels and web-search: the task category (Travel) picks hotels
+    assert q["t2"].tools == ("flights::search_flights", "hotels::search")
+    # category Search picks web-search; 'finance/convert_currency' is server-qualified; 'not_a_tool' dropped
+    assert q["t3"].tools == ("web-search::search", "finance::convert_currency")
+    assert "t4" not in q  # its only tool is not in the catalog
+    assert ds.notes["ambiguous_names_in_catalog"] == 1
+    assert ds.notes["ambiguous_gold"] == 2 and ds.notes["resolved_by_category"] == 2
+    assert ds.notes["tools_count_mismatch"] == 1  # t3 lists 3 tools, declares 2
+    assert ds.skipped["gold tool not in the catalog (name dropped)"] == 2
+    assert ds.skipped["task with no gold tool in the catalog"] == 1
+    assert all(q.split == "test" for q in ds.queries)
+
+
+@pytest.mark.parametrize("policy,t2_gold", [
+    ("first", ("flights::search_flights", "hotels::search")),  # hotels comes before web-search
+    ("all", ("flights::search_flights", "hotels::search", "web-search::search")),
+    ("drop", ("flights::search_flights",)),
+])
+def test_duplicate_name_policies(mcp_catalog, policy, t2_gold):
+    ds = load(*mcp_catalog, duplicate_names=policy)
+    assert {q.id: q for q in ds.queries}["t2"].tools == t2_gold
+
+
+def test_duplicate_name_error_names_the_task(mcp_catalog):
+    with pytest.raises(DataError, match="task 't2'.*'search'.*several servers"):
+        load(*mcp_catalog, duplicate_names="error")
+    with pytest.raises(ConfigError, match="duplicate_names"):
+        load(*mcp_catalog, duplicate_names="random")
+
+
+def test_category_tie_falls_back_to_catalog_order(tmp_path):
+    servers = [dict(MCP_SERVERS[2]), dict(MCP_SERVERS[3], category="Travel")]
+    tasks = [{"task_id": 1, "Question": "q", "category": "Travel",
+              "Annotator Metadata": {"Steps": "", "Tools": "search"}}]
+    ds = load(*write_mcp_catalog(tmp_path, servers, tasks))
+    assert ds.queries[0].tools == ("hotels::search",) and ds.queries[0].steps is None
+    assert ds.notes["resolved_by_catalog_order"] == 1
+
+
+def test_tools_list_responses(tmp_path):
+    folder = tmp_path / "lists"
+    folder.mkdir()
+    (folder / "files.json").write_text(json.dumps({"jsonrpc": "2.0", "id": 1, "result": {"tools": [
+        {"name": "read_file", "description": "read a file", "inputSchema": {"type": "object"}}]}}))
+    (folder / "git.json").write_text(json.dumps({"tools": [{"name": "git_log", "description": "show commits"}]}))
+    ds = load_dataset("mcp", tmp_path, tools_lists="lists")
+    assert sorted(t.id for t in ds.tools) == ["files::read_file", "git::git_log"]
+    assert {a.id for a in ds.agents} == {"files", "git"} and not ds.queries
+
+
+def test_round_trip_keeps_agent_category(mcp_catalog, tmp_path):
+    ds = load(*mcp_catalog)
+    back = read_dataset(write_dataset(ds, tmp_path / "out"))
+    assert back.agents == ds.agents and back.queries == ds.queries
+
+
+def test_numbered_items():
+    assert numbered_items("1. a\n2) b\n   more\n\n3. c") == ["a", "b more", "c"]
+    assert numbered_items("just one tool") == ["just one tool"]
+    assert numbered_items("") == []
+
+
+@pytest.mark.parametrize("servers,match", [
+    ({"name": "x"}, "expected a JSON list of servers"),
+    ([{"description": "no name", "tools": []}], r"server #0: missing or empty 'name'"),
+    ([{"name": "s", "tools": {"cfg": {"no": []}}}], r"server #0 \('s'\): tools\['cfg'\] needs a 'tools' list"),
+    ([{"name": "s", "tools": [{"description": "nameless"}]}], r"tools\['tools'\]\[0\] needs a non-empty 'name'"),
+    ([{"name": "s", "tools": []}, {"name": "s", "tools": []}], "server 's' appears twice"),
+])
+def test_bad_servers_file(tmp_path, servers, match):
+    s, t = write_mcp_catalog(tmp_path, servers, [])
+    with pytest.raises(DataError, match=match) as e:
+        load(s, t)
+    assert str(s) in str(e.value)
+
+
+def test_bad_tasks_file(tmp_path):
+    s, t = write_mcp_catalog(tmp_path, None, [{"task_id": "a", "Question": "q", "Annotator Metadata": "oops"}])
+    with pytest.raises(DataError, match=r"task #0 \('a'\): 'Annotator Metadata'") as e:
+        load(s, t)
+    assert str(t) in str(e.value)
+    with pytest.raises(ConfigError, match="needs 'servers'"):
+        load_dataset("mcp", tmp_path)

@@ -1,0 +1,276 @@
+"""MCP catalogs: servers (agents) that own tools, and tasks annotated with the tools they need.
+
+Two catalog layouts are read:
+
+* a **servers file** (the LiveMCPBench layout): a JSON list of
+  ``{"name", "description", "category", "tools": {<config name>: {"tools": [{"name", "description",
+  "inputSchema"}]}}}``; ``tools`` may also be a plain list of tool objects;
+* a **tools/list folder**: one ``<server>.json`` per server holding an MCP ``tools/list`` response,
+  either the result (``{"tools": [...]}``) or the whole JSON-RPC reply (``{"result": {"tools": [...]}}``).
+
+An agent is a server (id = its name); a tool id is ``"<server>::<tool name>"``, its ``parameters``
+the ``inputSchema``. A tool name repeated inside one server (two configs) keeps the first copy.
+
+Tasks: a JSON list of ``{"task_id", "Question", "category", "Annotator Metadata": {"Steps": "1. …\\n2. …",
+"Tools": "1. tool_a\\n2. tool_b", "Number of tools": "2"}}``. Steps and gold tools come from the numbered
+lines (an unnumbered line continues the item before it). A gold name is matched exactly, then without
+case, and may be qualified by its server (``server/tool``, ``server.tool``, ``server::tool``,
+``server: tool``). A bare name that several servers share is resolved by ``duplicate_names``:
+
+* ``category`` (default): the server whose category equals the task's, if exactly one; otherwise the
+  first such server in catalog order;
+* ``first``: the first server in catalog order; ``all``: every copy is gold; ``drop``: the name is left
+  out of the gold set; ``error``: a DataError naming the task.
+
+Every decision is counted in ``notes`` (``ambiguous_names_in_catalog``, ``ambiguous_gold``,
+``resolved_by_category``, ``resolved_by_catalog_order``, ``tools_count_mismatch``), and gold names not in
+the catalog in ``skipped``. All tasks are test queries (MCP benchmarks ship no training split).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+from toolgraph.data.formats import read_json
+from toolgraph.data.schema import Agent, Query, Tool, ToolDataset
+from toolgraph.errors import ConfigError, DataError
+from toolgraph.registry import DATASETS
+
+DUPLICATE_POLICIES = ("category", "first", "all", "drop", "error")
+_NUMBERED = re.compile(r"^\s*(\d+)\s*[.)]\s*(.*)$")
+_QUALIFIED = re.compile(r"^(.+?)\s*(?:::|/|:|\.)\s*(.+)$")
+
+
+def _tool_objects(entry: Any, where: str, path: Path) -> list[dict]:
+    """The tool objects of a server's ``tools`` field (dict of configs, or a list)."""
+    if isinstance(entry, list):
+        groups = [("tools", entry)]
+    elif isinstance(entry, dict):
+        groups = []
+        for config, body in entry.items():
+            tools = body.get("tools") if isinstance(body, dict) else None
+            if not isinstance(tools, list):
+                raise DataError(f"{where}: tools[{config!r}] needs a 'tools' list", path)
+            groups.append((config, tools))
+    else:
+        raise DataError(f"{where}: 'tools' must be an object of configs or a list, got {type(entry).__name__}", path)
+    out = []
+    for config, tools in groups:
+        for j, t in enumerate(tools):
+            if not isinstance(t, dict) or not isinstance(t.get("name"), str) or not t["name"].strip():
+                raise DataError(f"{where}: tools[{config!r}][{j}] needs a non-empty 'name'", path)
+            out.append(t)
+    return out
+
+
+class CatalogBuilder:
+    """Servers and their tools, in catalog order; counts what it merges."""
+
+    def __init__(self) -> None:
+        self.agents: dict[str, Agent] = {}
+        self.tools: dict[str, Tool] = {}
+        self.skipped: Counter = Counter()
+
+    def add_server(self, name: str, description: str, category: str | None, tools: list[dict],
+                   path: Path | None = None) -> None:
+        if name in self.agents:
+            raise DataError(f"server {name!r} appears twice", path)
+        self.agents[name] = Agent(name, name, description or "", category or None)
+        for t in tools:
+            tid = f"{name}::{t['name'].strip()}"
+            if tid in self.tools:
+                self.skipped["tool repeated inside a server (first kept)"] += 1
+                continue
+            desc = t.get("description") or ""
+            if not isinstance(desc, str):
+                raise DataError(f"server {name!r} tool {t['name']!r}: 'description' must be a string", path)
+            self.tools[tid] = Tool(tid, t["name"].strip(), desc.strip(), agent=name, category=category or None,
+                                   parameters=t.get("inputSchema"))
+
+
+def read_servers_file(path: Path, builder: CatalogBuilder) -> None:
+    data = read_json(path)
+    if not isinstance(data, list):
+        raise DataError(f"expected a JSON list of servers, got {type(data).__name__}", path)
+    for i, s in enumerate(data):
+        if not isinstance(s, dict):
+            raise DataError(f"server #{i}: expected an object, got {type(s).__name__}", path)
+        name = s.get("name")
+        if not isinstance(name, str) or not name.strip():
+            raise DataError(f"server #{i}: missing or empty 'name'", path)
+        where = f"server #{i} ({name!r})"
+        if "tools" not in s:
+            raise DataError(f"{where}: missing 'tools'", path)
+        desc, cat = s.get("description") or "", s.get("category")
+        if not isinstance(desc, str) or (cat is not None and not isinstance(cat, str)):
+            raise DataError(f"{where}: 'description' and 'category' must be strings", path)
+        builder.add_server(name.strip(), desc.strip(), cat, _tool_objects(s["tools"], where, path), path)
+
+
+def read_tools_list(path: Path, builder: CatalogBuilder, server: str | None = None) -> None:
+    """One ``tools/list`` response (result or JSON-RPC reply); the server is named by the file stem."""
+    data = read_json(path)
+    body = data.get("result", data) if isinstance(data, dict) else None
+    if not isinstance(body, dict) or not isinstance(body.get("tools"), list):
+        raise DataError("expected a tools/list response: {'tools': [...]} or {'result': {'tools': [...]}}", path)
+    name = server or path.stem
+    info = body.get("server") if isinstance(body.get("server"), dict) else {}
+    builder.add_server(name, info.get("description", ""), info.get("category"),
+                       _tool_objects(body["tools"], f"server {name!r}", path), path)
+
+
+def read_catalog(servers: Path | None = None, tools_lists: Path | None = None) -> CatalogBuilder:
+    """Servers file and/or a folder (or single file) of tools/list responses, in that order."""
+    if servers is None and tools_lists is None:
+        raise ConfigError("an MCP catalog needs 'servers' (a servers JSON file) or 'tools_lists' (a folder)")
+    builder = CatalogBuilder()
+    if servers is not None:
+        read_servers_file(servers, builder)
+    if tools_lists is not None:
+        files = sorted(tools_lists.glob("*.json")) if tools_lists.is_dir() else [tools_lists]
+        if not files:
+            raise DataError("no *.json tools/list responses in this folder", tools_lists)
+        for f in files:
+            read_tools_list(f, builder)
+    return builder
+
+
+def numbered_items(text: str) -> list[str]:
+    """``"1. a\\n2. b"`` -> ["a", "b"]; unnumbered lines continue the item before them (or stand
+    alone when nothing is numbered yet)."""
+    items: list[str] = []
+    numbered = False
+    for line in (text or "").splitlines():
+        m = _NUMBERED.match(line)
+        if m:
+            items.append(m.group(2).strip())
+            numbered = True
+        elif line.strip():
+            if numbered and items:
+                items[-1] = f"{items[-1]} {line.strip()}".strip()
+            else:
+                items.append(line.strip())
+    return [i for i in items if i]
+
+
+class GoldResolver:
+    """Tool names in task annotations -> tool ids, applying the duplicate-name policy."""
+
+    def __init__(self, builder: CatalogBuilder, policy: str):
+        if policy not in DUPLICATE_POLICIES:
+            raise ConfigError(f"data.options.duplicate_names: {policy!r} is not one of {DUPLICATE_POLICIES}")
+        self.policy = policy
+        self.agents = builder.agents
+        self.by_name: dict[str, list[str]] = defaultdict(list)
+        self.by_lower: dict[str, list[str]] = defaultdict(list)
+        for tid, t in builder.tools.items():
+            self.by_name[t.name].append(tid)
+            self.by_lower[t.name.lower()].append(tid)
+        self.counts: Counter = Counter()
+        self.counts["ambiguous_names_in_catalog"] = sum(len(v) > 1 for v in self.by_name.values())
+
+    def _candidates(self, name: str) -> list[str]:
+        if name in self.by_name:
+            return self.by_name[name]
+        m = _QUALIFIED.match(name)
+        if m and m.group(1).strip() in self.agents:
+            server, tool = m.group(1).strip(), m.group(2).strip()
+            hit = [t for t in self.by_name.get(tool, []) + self.by_lower.get(tool.lower(), []) if t.startswith(f"{server}::")]
+            if hit:
+                return hit[:1]
+        return self.by_lower.get(name.lower(), [])
+
+    def resolve(self, name: str, category: str | None, task: str, skipped: Counter) -> list[str]:
+        cands = self._candidates(name)
+        if not cands:
+            skipped["gold tool not in the catalog (name dropped)"] += 1
+            return []
+        if len(cands) == 1:
+            return cands
+        self.counts["ambiguous_gold"] += 1
+        if self.policy == "error":
+            servers = [self.agents[c.split("::")[0]].id for c in cands]
+            raise DataError(f"task {task!r}: tool {name!r} is offered by several servers {servers}; "
+                            "set data.options.duplicate_names (category, first, all, drop)")
+        if self.policy == "all":
+            return list(cands)
+        if self.policy == "drop":
+            skipped["ambiguous gold tool (dropped by policy)"] += 1
+            return []
+        if self.policy == "category" and category:
+            same = [c for c in cands if self.agents[c.split("::")[0]].category == category]
+            if len(same) == 1:
+                self.counts["resolved_by_category"] += 1
+                return same
+            cands = same or cands
+        self.counts["resolved_by_catalog_order"] += 1
+        return cands[:1]
+
+
+def read_tasks(path: Path, resolver: GoldResolver, skipped: Counter, notes: dict) -> list[Query]:
+    data = read_json(path)
+    if not isinstance(data, list):
+        raise DataError(f"expected a JSON list of tasks, got {type(data).__name__}", path)
+    queries: list[Query] = []
+    seen: set[str] = set()
+    mismatch = 0
+    for i, rec in enumerate(data):
+        if not isinstance(rec, dict):
+            raise DataError(f"task #{i}: expected an object, got {type(rec).__name__}", path)
+        tid, text = rec.get("task_id"), rec.get("Question")
+        if not isinstance(tid, (str, int)) or not isinstance(text, str):
+            raise DataError(f"task #{i}: needs 'task_id' and a 'Question' string", path)
+        meta = rec.get("Annotator Metadata")
+        if not isinstance(meta, dict) or not isinstance(meta.get("Tools", ""), str) \
+                or not isinstance(meta.get("Steps", ""), str):
+            raise DataError(f"task #{i} ({tid!r}): 'Annotator Metadata' needs string 'Tools' and 'Steps'", path)
+        qid = str(tid)
+        if qid in seen:
+            skipped["repeated task_id (first kept)"] += 1
+            continue
+        if not text.strip():
+            skipped["task with an empty Question"] += 1
+            continue
+        names = numbered_items(meta.get("Tools", ""))
+        declared = meta.get("Number of tools")
+        if declared is not None and str(declared).strip().isdigit() and int(str(declared).strip()) != len(names):
+            mismatch += 1
+        category = rec.get("category") if isinstance(rec.get("category"), str) else None
+        gold: list[str] = []
+        for name in names:
+            for t in resolver.resolve(name, category, qid, skipped):
+                if t not in gold:
+                    gold.append(t)
+        if not gold:
+            skipped["task with no gold tool in the catalog"] += 1
+            continue
+        steps = tuple(numbered_items(meta.get("Steps", ""))) or None
+        seen.add(qid)
+        queries.append(Query(qid, text.strip(), tuple(gold), "test", steps))
+    notes["tools_count_mismatch"] = mismatch
+    return queries
+
+
+def _path(root: Path, p: str | None) -> Path | None:
+    if p is None:
+        return None
+    q = Path(p)
+    return q if q.is_absolute() else root / q
+
+
+@DATASETS.register("mcp")
+def load_mcp(root: Path, servers: str | None = None, tasks: str | None = None, tools_lists: str | None = None,
+             duplicate_names: str = "category", name: str = "mcp") -> ToolDataset:
+    """An MCP catalog (``servers`` file and/or ``tools_lists`` folder) with optional ``tasks``.
+    Relative paths resolve against the data root."""
+    builder = read_catalog(_path(root, servers), _path(root, tools_lists))
+    resolver = GoldResolver(builder, duplicate_names)
+    skipped = Counter(builder.skipped)
+    notes: dict[str, Any] = {"servers": servers, "tools_lists": tools_lists, "tasks": tasks,
+                             "duplicate_names": duplicate_names}
+    queries = read_tasks(_path(root, tasks), resolver, skipped, notes) if tasks is not None else []
+    notes.update(resolver.counts)
+    return ToolDataset(name, list(builder.tools.values()), queries, list(builder.agents.values()), [], +skipped, notes)

@@ -41,6 +41,9 @@ class EvalConfig:
     batch_size: int = 256  # queries per retrieve() call
     agent_level: bool = True  # also score agents (a tool's owner) when the dataset has them
     max_queries: int | None = None  # evaluate the first N queries of the split (smoke runs)
+    query_mode: str = "direct"  # direct | step-wise (each step retrieved, then merged)
+    steps: str = "auto"  # step-wise: annotated (Query.steps) | sentences | auto (annotated, else sentences)
+    step_merge: str = "interleave"  # interleave | max | rrf (retrieval/steps.py)
 
 
 @dataclass

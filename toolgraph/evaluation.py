@@ -12,10 +12,11 @@ from typing import Any
 from toolgraph import metrics as M
 from toolgraph.config import DataConfig, EvalConfig, to_dict
 from toolgraph.data import load_dataset
-from toolgraph.data.schema import ToolDataset
+from toolgraph.data.schema import Query, ToolDataset
 from toolgraph.data.splits import inductive, inject_noise, transductive
 from toolgraph.errors import ConfigError
 from toolgraph.retrieval.base import Ranking, Retriever
+from toolgraph.retrieval.steps import sentences
 
 
 def prepare_dataset(cfg: DataConfig) -> ToolDataset:
@@ -44,6 +45,25 @@ class Report:
     query_ids: list[str]
     timings: dict[str, float]
     curves: dict[str, list[float]] = field(default_factory=dict)
+    notes: dict[str, Any] = field(default_factory=dict)
+
+
+def query_steps(queries: list[Query], mode: str) -> tuple[list[list[str]], dict[str, int]]:
+    """Step texts per query for step-wise querying, and how many came from where."""
+    if mode not in ("annotated", "sentences", "auto"):
+        raise ConfigError(f"eval.steps: {mode!r} is not annotated, sentences or auto")
+    out, counts = [], {"annotated": 0, "sentences": 0}
+    for q in queries:
+        if q.steps and mode != "sentences":
+            out.append(list(q.steps))
+            counts["annotated"] += 1
+        elif mode == "annotated":
+            raise ConfigError(f"eval.steps: annotated, but query {q.id!r} has no steps (use auto or sentences)")
+        else:
+            out.append(sentences(q.text))
+            counts["sentences"] += 1
+    counts["steps_per_query"] = round(sum(map(len, out)) / max(len(out), 1), 3)
+    return out, counts
 
 
 def evaluate(retriever: Retriever, ds: ToolDataset, split: str, cfg: EvalConfig) -> Report:
@@ -58,8 +78,18 @@ def evaluate(retriever: Retriever, ds: ToolDataset, split: str, cfg: EvalConfig)
     retriever.fit(ds)  # usage-driven retrievers read the train split here; others ignore it
     retriever.index(ds.tools)
     timings["index_s"] = time.perf_counter() - t0
+    if cfg.query_mode not in ("direct", "step-wise"):
+        raise ConfigError(f"eval.query_mode: {cfg.query_mode!r} is not direct or step-wise")
+    texts = [q.text for q in queries]
+    steps, notes = None, {"query_mode": cfg.query_mode}
+    if cfg.query_mode == "step-wise":
+        steps, counts = query_steps(queries, cfg.steps)
+        notes.update(steps=counts, step_merge=cfg.step_merge)
     t0 = time.perf_counter()
-    ranking = retriever.retrieve([q.text for q in queries], depth, cfg.batch_size)
+    if steps is None:
+        ranking = retriever.retrieve(texts, depth, cfg.batch_size)
+    else:
+        ranking = retriever.retrieve_steps(steps, depth, cfg.step_merge, cfg.batch_size)
     timings["retrieve_s"] = time.perf_counter() - t0
     timings["queries_per_s"] = len(queries) / max(timings["retrieve_s"], 1e-9)
     golds = [list(q.tools) for q in queries]
@@ -75,10 +105,13 @@ def evaluate(retriever: Retriever, ds: ToolDataset, split: str, cfg: EvalConfig)
     agent_metrics: dict[str, float] = {}
     owner = ds.agent_of()
     if cfg.agent_level and owner:
-        agent_rank = [M.roll_up(r, owner) for r in ranking.ids]
+        if hasattr(retriever, "retrieve_agents"):  # agent routers rank agents themselves
+            agent_rank = retriever.retrieve_agents(texts, depth, steps, cfg.batch_size, cfg.step_merge).ids
+        else:
+            agent_rank = [M.roll_up(r, owner) for r in ranking.ids]
         agent_gold = [sorted({owner[t] for t in g if t in owner}) for g in golds]
         agent_metrics = M.compute(agent_rank, agent_gold, cfg.ks, cfg.metrics)
-    return Report(metrics, agent_metrics, ranking, golds, [q.id for q in queries], timings, curves)
+    return Report(metrics, agent_metrics, ranking, golds, [q.id for q in queries], timings, curves, notes)
 
 
 def format_table(rows: dict[str, dict[str, float]], ks: list[int]) -> str:
@@ -98,7 +131,7 @@ def write_report(report: Report, out: str | Path, config: Any, ds: ToolDataset) 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     results = {"metrics": report.metrics, "agent_metrics": report.agent_metrics, "config": to_dict(config),
-               "dataset": ds.stats(), "timings": report.timings, "curves": report.curves}
+               "dataset": ds.stats(), "timings": report.timings, "curves": report.curves, "notes": report.notes}
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     with (out / "rankings.jsonl").open("w", encoding="utf-8") as f:
         for qid, gold, ids, scores in zip(report.query_ids, report.golds, report.ranking.ids,

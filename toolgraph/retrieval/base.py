@@ -82,6 +82,23 @@ class Retriever(ABC):
             ids += [[self.tools[i].id for i in row] for row in indices.tolist()]
         return Ranking(ids, torch.cat(scores) if scores else torch.zeros(0, k))
 
+    def retrieve_steps(self, step_lists: Sequence[Sequence[str]], k: int, merge: str = "interleave",
+                       batch_size: int = 256) -> Ranking:
+        """Step-wise querying: each task's steps are scored separately and merged into one ranking
+        by ``merge`` (interleave | max | rrf; see retrieval/steps.py)."""
+        from toolgraph.retrieval.steps import merged_scores
+
+        if not self.tools:
+            raise RuntimeError(f"{type(self).__name__}: index(tools) before retrieve_steps()")
+        ids: list[list[str]] = []
+        scores: list[torch.Tensor] = []
+        for lo in range(0, len(step_lists), batch_size):
+            chunk = [list(s) for s in step_lists[lo:lo + batch_size]]
+            values, indices = topk(merged_scores(self.score, chunk, merge), k)
+            scores.append(values)
+            ids += [[self.tools[i].id for i in row] for row in indices.tolist()]
+        return Ranking(ids, torch.cat(scores) if scores else torch.zeros(0, k))
+
     def add_tools(self, tools: Iterable[Tool]) -> None:
         new = list(tools)
         clash = {t.id for t in new} & {t.id for t in self.tools}

@@ -18,13 +18,13 @@ def machine() -> str:
     return f"{platform.machine()} {torch.get_num_threads()} threads, torch {torch.__version__}"
 
 
-def upsert(name: str, rows: list[dict]) -> Path:
-    """Replace rows with the same (method, dataset, split, setting) and keep the others."""
+def upsert(name: str, rows: list[dict], key: tuple[str, ...] = _KEY) -> Path:
+    """Replace rows with the same (method, dataset, split, setting) — or ``key`` — and keep the others."""
     path = RESULTS / f"{name}.json"
     old = json.loads(path.read_text())["rows"] if path.exists() else []
-    new_keys = {tuple(r[k] for k in _KEY) for r in rows}
-    merged = [r for r in old if tuple(r[k] for k in _KEY) not in new_keys] + rows
-    merged.sort(key=lambda r: tuple(str(r[k]) for k in _KEY))
+    new_keys = {tuple(r.get(k) for k in key) for r in rows}
+    merged = [r for r in old if tuple(r.get(k) for k in key) not in new_keys] + rows
+    merged.sort(key=lambda r: tuple(str(r.get(k)) for k in key))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"rows": merged}, indent=1) + "\n")
     return path

@@ -1,4 +1,4 @@
-"""The ``toolgraph`` command: data, evaluate, train, retrieve, report."""
+"""The ``toolgraph`` command: data, evaluate, train, retrieve, report, serve, index sync."""
 
 from __future__ import annotations
 
@@ -199,6 +199,28 @@ def cmd_retrieve(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    from toolgraph.serving import serve
+
+    serve(args.retriever, args.transport, args.host, args.port)
+    return 0
+
+
+def cmd_index(args: argparse.Namespace) -> int:
+    from toolgraph.sync import sync_index
+
+    spec = None
+    if args.retriever_config:
+        path = Path(args.retriever_config)
+        if not path.is_file():
+            raise ToolgraphError(f"{path}: retriever config not found")
+        spec = yaml.safe_load(path.read_text())
+        spec = spec.get("retriever", spec) if isinstance(spec, dict) else spec
+    counts = sync_index(args.catalog, args.index, spec)
+    print(json.dumps(counts))
+    return 0
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     """A checkpoint (e.g. one kept mid-run) -> the retriever folder train.py would have exported."""
     from toolgraph.inference import load_task
@@ -266,6 +288,22 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--checkpoint", required=True, help="a toolgraph .ckpt")
     x.add_argument("--out", required=True, help="output folder")
     x.set_defaults(fn=cmd_export)
+
+    v = sub.add_parser("serve", help="serve a saved retriever as an MCP server (search_tools, search_agents)")
+    v.add_argument("--retriever", required=True, help="saved retriever / index folder, run folder or .ckpt")
+    v.add_argument("--transport", choices=["stdio", "http"], default="stdio",
+                   help="stdio, or http: MCP streamable HTTP at /mcp plus JSON routes /search, /search_agents")
+    v.add_argument("--host", default="127.0.0.1")
+    v.add_argument("--port", type=int, default=8000)
+    v.set_defaults(fn=cmd_serve)
+
+    i = sub.add_parser("index", help="maintain a saved agent/tool index")
+    i.add_argument("action", choices=["sync"])
+    i.add_argument("catalog", help="MCP servers JSON, a folder of tools/list responses, or a dataset folder")
+    i.add_argument("--index", required=True, help="index folder (created if missing, replaced atomically)")
+    i.add_argument("--retriever-config", default=None,
+                   help="YAML retriever config for a new index (default: t2a over all-MiniLM-L6-v2)")
+    i.set_defaults(fn=cmd_index)
 
     r = sub.add_parser("report", help="print the metrics table of evaluation folders")
     r.add_argument("dirs", nargs="+")

@@ -105,7 +105,7 @@ def evaluate(retriever: Retriever, ds: ToolDataset, split: str, cfg: EvalConfig)
     agent_metrics: dict[str, float] = {}
     owner = ds.agent_of()
     if cfg.agent_level and owner:
-        if hasattr(retriever, "retrieve_agents"):  # agent routers rank agents themselves
+        if getattr(retriever, "ranks_agents", False):  # agent routers rank agents themselves
             agent_rank = retriever.retrieve_agents(texts, depth, steps, cfg.batch_size, cfg.step_merge).ids
         else:
             agent_rank = [M.roll_up(r, owner) for r in ranking.ids]

@@ -83,6 +83,7 @@ class AgentRetriever(Retriever):
     entity scores become agent scores (``agent_scores``)."""
 
     Config = AgentRetrieverConfig
+    ranks_agents = True  # evaluate() takes the agent ranking from retrieve_agents, not a roll-up
     uses_agents = True  # agent entities take part in ranking agents
     uses_tools = True  # tool entities take part in ranking agents
 

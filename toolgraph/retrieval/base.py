@@ -99,6 +99,29 @@ class Retriever(ABC):
             ids += [[self.tools[i].id for i in row] for row in indices.tolist()]
         return Ranking(ids, torch.cat(scores) if scores else torch.zeros(0, k))
 
+    def retrieve_agents(self, queries: Sequence[str], k: int, steps: Sequence[Sequence[str]] | None = None,
+                        batch_size: int = 256, merge: str | None = None) -> Ranking:
+        """Top-k agents (tool owners) per query: the full tool ranking rolled up, each agent scored by
+        its best tool. Agent routers (retrieval/agents.py) rank agents themselves."""
+        from toolgraph.metrics import roll_up
+
+        owner = {t.id: t.agent for t in self.tools if t.agent is not None}
+        if not owner:
+            raise DataError(f"{type(self).__name__}: no indexed tool names an agent")
+        n = len(self.tools)
+        tools = (self.retrieve(queries, n, batch_size) if steps is None
+                 else self.retrieve_steps(steps, n, merge or "interleave", batch_size))
+        ids, scores = [], torch.full((len(queries), k), float("-inf"))
+        for q, (row, vals) in enumerate(zip(tools.ids, tools.scores.tolist())):
+            best = {t: v for t, v in zip(row, vals)}
+            agents = roll_up(row, owner)[:k]
+            firsts = {}
+            for t in row:
+                firsts.setdefault(owner.get(t), best[t])
+            ids.append(agents)
+            scores[q, : len(agents)] = torch.tensor([firsts[a] for a in agents])
+        return Ranking(ids, scores)
+
     def add_tools(self, tools: Iterable[Tool]) -> None:
         new = list(tools)
         clash = {t.id for t in new} & {t.id for t in self.tools}

@@ -1,0 +1,168 @@
+"""Serve a saved retriever to agents: an MCP server (official ``mcp`` SDK) and a small HTTP JSON API.
+
+    toolgraph serve --retriever runs/mcp_index                         # MCP over stdio
+    toolgraph serve --retriever runs/mcp_index --transport http --port 8000
+        # MCP streamable HTTP at http://127.0.0.1:8000/mcp, plus
+        # GET /search?q=...&k=5  GET /search_agents?q=...&k=5  POST /search {"query", "k"}  GET /health
+
+MCP tools: ``search_tools(query, k)`` -> the k best tools ({id, name, agent, description, score,
+input_schema}); ``search_agents(query, k)`` -> the k best agents ({id, name, description, score,
+tools: the best tools inside}). Any saved retriever serves tools; agents come from an agent router
+(``t2a`` …) or, for other retrievers, from the tool ranking rolled up to owners.
+
+The index is reloaded when ``toolgraph index sync`` replaces it (checked at most once a second),
+so a running server follows a changing catalog. Retrieval runs in a worker thread under a lock (the
+tokenizer is not thread-safe), so the event loop keeps accepting requests.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from toolgraph.errors import ConfigError
+from toolgraph.retrieval.base import Retriever
+
+MAX_K = 100
+
+
+class LiveIndex:
+    """A retriever loaded from ``path`` and reloaded when the folder is replaced (new inode)."""
+
+    def __init__(self, path: str | Path, check_every: float = 1.0):
+        from toolgraph.sync import load_index
+
+        self.path = Path(path)
+        self.lock = threading.Lock()
+        self.check_every = check_every
+        self._last_check = time.monotonic()
+        self._stamp = self._current_stamp()
+        self.retriever: Retriever = load_index(self.path)
+        self.reloads = 0
+
+    def _current_stamp(self) -> tuple[int, int] | None:
+        try:
+            st = os.stat(self.path / "retriever.json")
+        except FileNotFoundError:
+            return None
+        return st.st_ino, st.st_mtime_ns
+
+    def _maybe_reload(self) -> None:
+        from toolgraph.sync import load_index
+
+        now = time.monotonic()
+        if now - self._last_check < self.check_every:
+            return
+        self._last_check = now
+        stamp = self._current_stamp()
+        if stamp is not None and stamp != self._stamp:
+            self.retriever, self._stamp = load_index(self.path), stamp
+            self.reloads += 1
+
+    def search_tools(self, query: str, k: int = 5) -> list[dict[str, Any]]:
+        k = _check(query, k)
+        with self.lock:
+            self._maybe_reload()
+            r = self.retriever
+            ranking = r.retrieve([query], k)
+            by_id = {t.id: t for t in r.tools}
+            return [{"id": i, "name": by_id[i].name, "agent": by_id[i].agent, "description": by_id[i].description,
+                     "score": round(float(s), 6), "input_schema": by_id[i].parameters}
+                    for i, s in zip(ranking.ids[0], ranking.scores[0].tolist())]
+
+    def search_agents(self, query: str, k: int = 5, tools_per_agent: int = 3) -> list[dict[str, Any]]:
+        k = _check(query, k)
+        with self.lock:
+            self._maybe_reload()
+            r = self.retriever
+            agents = r.retrieve_agents([query], k)
+            info = {a.id: a for a in getattr(r, "agents", [])}
+            tools = r.retrieve([query], len(r.tools)).ids[0]
+            owner = {t.id: t.agent for t in r.tools}
+            out = []
+            for a, s in zip(agents.ids[0], agents.scores[0].tolist()):
+                inside = [t for t in tools if owner[t] == a][:tools_per_agent]
+                out.append({"id": a, "name": info[a].name if a in info else a,
+                            "description": info[a].description if a in info else "",
+                            "score": round(float(s), 6), "tools": inside})
+            return out
+
+
+def _check(query: Any, k: Any) -> int:
+    if not isinstance(query, str) or not query.strip():
+        raise ValueError("query must be a non-empty string")
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
+        raise ValueError(f"k must be an integer between 1 and {MAX_K}, got {k!r}")
+    return k
+
+
+def build_server(index: LiveIndex, name: str = "toolgraph"):
+    """The MCP server (``mcp.server.mcpserver.MCPServer``) with both tools and the JSON routes."""
+    import anyio
+    from mcp.server.mcpserver import MCPServer
+    from mcp.server.mcpserver.exceptions import ToolError
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+
+    server = MCPServer(name, instructions="Search this tool catalog: search_tools(query, k) finds the tools that fit "
+                                          "a request; search_agents(query, k) finds the servers (agents) to route to.")
+
+    async def _call(fn, query: str, k: int) -> list[dict]:
+        try:
+            return await anyio.to_thread.run_sync(fn, query, k)
+        except ValueError as e:  # the caller's mistake: the model reads the message and retries
+            raise ToolError(str(e)) from None
+
+    @server.tool()
+    async def search_tools(query: str, k: int = 5) -> list[dict]:
+        """The k tools that best fit the request (id, name, agent, description, score, input_schema)."""
+        return await _call(index.search_tools, query, k)
+
+    @server.tool()
+    async def search_agents(query: str, k: int = 5) -> list[dict]:
+        """The k agents (MCP servers / tool providers) that best fit the request, each with its best tools."""
+        return await _call(index.search_agents, query, k)
+
+    async def _json(request: Request, fn) -> JSONResponse:
+        try:
+            if request.method == "POST":
+                body = await request.json()
+                if not isinstance(body, dict):
+                    raise ValueError("body must be a JSON object {\"query\": ..., \"k\": ...}")
+                query, k = body.get("query"), body.get("k", 5)
+            else:
+                query, k = request.query_params.get("q"), request.query_params.get("k", "5")
+                k = int(k) if str(k).lstrip("-").isdigit() else k
+            results = await anyio.to_thread.run_sync(fn, query, k)
+        except ValueError as e:
+            return JSONResponse({"error": str(e)}, status_code=400)
+        return JSONResponse({"query": query, "k": k, "results": results})
+
+    @server.custom_route("/search", methods=["GET", "POST"])
+    async def http_search(request: Request) -> JSONResponse:
+        return await _json(request, index.search_tools)
+
+    @server.custom_route("/search_agents", methods=["GET", "POST"])
+    async def http_search_agents(request: Request) -> JSONResponse:
+        return await _json(request, index.search_agents)
+
+    @server.custom_route("/health", methods=["GET"])
+    async def health(request: Request) -> JSONResponse:
+        r = index.retriever
+        return JSONResponse({"status": "ok", "retriever": r.name, "tools": len(r.tools),
+                             "agents": len(getattr(r, "agents", [])), "reloads": index.reloads})
+
+    return server
+
+
+def serve(retriever: str | Path, transport: str = "stdio", host: str = "127.0.0.1", port: int = 8000) -> None:
+    if transport not in ("stdio", "http"):
+        raise ConfigError(f"--transport must be stdio or http, got {transport!r}")
+    server = build_server(LiveIndex(retriever))
+    if transport == "stdio":
+        server.run("stdio")
+    else:
+        server.run("streamable-http", host=host, port=port, stateless_http=False)

@@ -195,3 +195,28 @@ def test_dense_member_must_be_a_bi_encoder(mcp):
     r = cls(cls.Config(dense={"name": "bm25"}))
     with pytest.raises(ConfigError, match="retriever.dense: needs a dense retriever"):
         r.index(mcp.tools)
+
+
+def test_load_builds_and_indexes_from_a_config(mcp_catalog, tiny_bert_dir, tmp_path):
+    import toolgraph
+    from toolgraph.cli import main as cli
+
+    root = mcp_catalog[0].parent.parent
+    cfg = {"data": {"name": "mcp", "root": str(root), "split": "test",
+                    "options": {"servers": "mcp/servers.json", "tasks": "mcp/tasks.json"}},
+           "retriever": {"name": "t2a", "scorer": "bm25",
+                         "dense": {"name": "dense", "model": str(tiny_bert_dir), "cache_dir": None,
+                                   "progress": False}}}
+    r = toolgraph.load(cfg)
+    assert len(r.tools) == 10 and r.retrieve_agents(["seven day weather forecast"], 1).ids == [["weather-server"]]
+    # the shipped MCP config runs as is once the files sit under the data root
+    out = tmp_path / "eval"
+    rc = cli(["evaluate", "--config", "configs/eval/t2a_mcp.yaml", f"data.root={root}", "retriever.scorer=bm25",
+              f"retriever.dense.model={tiny_bert_dir}", "retriever.dense.cache_dir=null", "--out", str(out)])
+    assert rc == 0
+    import json
+
+    res = json.loads((out / "results.json").read_text())
+    assert res["notes"]["steps"]["annotated"] == 3 and res["agent_metrics"]["recall@5"] > 0
+    back = toolgraph.load(out / "retriever")
+    assert back.retrieve_agents(["book a flight"], 2).ids == r.retrieve_agents(["book a flight"], 2).ids

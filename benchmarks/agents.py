@@ -2,13 +2,14 @@
 
     python benchmarks/agents.py quality [--finetuned RETRIEVER_DIR] [--sets ...]
     python benchmarks/agents.py tune            # type weights of weighted RRF, picked on StableToolBench G1
+    python benchmarks/agents.py mcp-layout --set draft-g2   # the MCP adapter on real data, round trip
     python benchmarks/agents.py serve --tools 10000 --requests 400
     python benchmarks/agents.py render          # README tables from benchmarks/results/agents.json
 
 Test sets: StableToolBench G1 / G2 (catalog = union of the queries' candidate APIs) and G3 (COLT's
 1,419-API G3 corpus), DRAFT's original G2 (with the RapidAPI tool descriptions DRAFT ships, 273 of
 280 agents) and G3 (COLT corpus). ToolBench has no annotated steps: step-wise queries are the
-request's sentences (``eval.steps: sentences``), merged by interleaving (retrieval/steps.py).
+request's sentences (``eval.steps: sentences``), merged by max score (retrieval/steps.py).
 Rows: method ``t2a`` / ``agent_only`` / ``tool_only`` (BM25 + dense RRF) and ``mcp_zero`` (dense);
 ``<method>/<scorer>`` rows are the other entity scorers, ``t2a/merge=<rule>`` the other step merges.
 """
@@ -63,7 +64,7 @@ def agent_row(method: str, dataset: str, setting: str, encoder: str, report, ds,
             "notes": report.notes, "command": COMMAND, "seconds": round(seconds, 1), "machine": machine(), **extra}
 
 
-def _evaluate(name: str, ds, dense, mode: str, merge: str = "interleave", **config):
+def _evaluate(name: str, ds, dense, mode: str, merge: str = "max", **config):
     from toolgraph.config import EvalConfig
     from toolgraph.evaluation import evaluate
     from toolgraph.retrieval import RETRIEVERS
@@ -96,7 +97,7 @@ def cmd_quality(args: argparse.Namespace) -> None:
                     rep, sec = _evaluate(method, ds, dense, mode, scorer=v, **kw)
                     rows.append(agent_row(f"{method}/{v}", set_name, mode, encoder, rep, ds, sec, scorer=v, **kw))
             if mode == "step-wise" and args.variants:
-                for merge in ("max", "rrf"):
+                for merge in ("interleave", "rrf"):
                     rep, sec = _evaluate("t2a", ds, dense, mode, merge, scorer="rrf")
                     rows.append(agent_row(f"t2a/merge={merge}", set_name, mode, encoder, rep, ds, sec, scorer="rrf"))
             print(set_name, mode, " | ".join(f"{r['method']} {r['metrics']['agent_recall@5']:.3f}" for r in rows
@@ -120,6 +121,52 @@ def cmd_tune(args: argparse.Namespace) -> None:
     upsert(NAME, rows, KEY)
 
 
+def cmd_mcp_layout(args: argparse.Namespace) -> None:
+    """Write a ToolBench test set in the MCP (LiveMCPBench) layout — servers = RapidAPI tools, tasks with
+    numbered 'Tools' (bare API names) and 'Steps' (the request's sentences) — read it back through the
+    ``mcp`` adapter, and score the duplicate-name policy against the true owners, then T2A on it."""
+    import tempfile
+
+    from toolgraph.data import load_dataset
+    from toolgraph.retrieval.pipeline import resolve_retriever
+    from toolgraph.retrieval.steps import sentences
+
+    adapter, options = SETS[args.set]
+    ds = load_dataset(adapter, **options)
+    by_agent: dict[str, list] = {}
+    for t in ds.tools:
+        by_agent.setdefault(t.agent, []).append(t)
+    servers = [{"name": a.id, "description": a.description, "category": a.category,
+                "tools": {"rapidapi": {"tools": [{"name": t.name, "description": t.description,
+                                                  "inputSchema": t.parameters} for t in by_agent.get(a.id, [])]}}}
+               for a in ds.agents]
+    owner = ds.agent_of()
+    name_of = ds.tool_by_id()
+    tasks = [{"task_id": q.id, "Question": q.text, "category": name_of[q.tools[0]].category,
+              "Annotator Metadata": {"Steps": "\n".join(f"{i}. {s}" for i, s in enumerate(sentences(q.text), 1)),
+                                     "Tools": "\n".join(f"{i}. {name_of[t].name}" for i, t in enumerate(q.tools, 1)),
+                                     "Number of tools": str(len(q.tools))}} for q in ds.queries]
+    folder = Path(tempfile.mkdtemp(prefix="mcp-layout-"))
+    (folder / "servers.json").write_text(json.dumps(servers))
+    (folder / "tasks.json").write_text(json.dumps(tasks))
+    truth = {q.id: {(owner[t], name_of[t].name) for t in q.tools} for q in ds.queries}
+    dense = resolve_retriever(dense_spec(None), "dense")
+    rows = []
+    for policy in args.policies:
+        m = load_dataset("mcp", folder, servers="servers.json", tasks="tasks.json", duplicate_names=policy)
+        got = {q.id: {(t.split("::", 1)[0], t.split("::", 1)[1]) for t in q.tools} for q in m.queries}
+        exact = sum(got.get(qid) == want for qid, want in truth.items())
+        notes = {k: m.notes.get(k, 0) for k in ("ambiguous_names_in_catalog", "ambiguous_gold", "resolved_by_category",
+                                                 "resolved_by_catalog_order")}
+        for mode in args.modes:
+            rep, sec = _evaluate("t2a", m, dense, mode, scorer="rrf")
+            rows.append(agent_row("t2a", f"{args.set}@mcp-layout/{policy}", mode, "all-MiniLM-L6-v2", rep, m, sec,
+                                  adapter={**notes, "tasks": len(m.queries), "gold_sets_exact": exact,
+                                           "tasks_in_source": len(ds.queries), "skipped": dict(m.skipped)}))
+            print(policy, mode, rows[-1]["metrics"]["agent_recall@5"], rows[-1]["adapter"], flush=True)
+    upsert(NAME, rows, KEY)
+
+
 def _fmt(m: dict, k: str) -> str:
     return f"{m[k]:.3f}" if k in m else "–"
 
@@ -127,35 +174,65 @@ def _fmt(m: dict, k: str) -> str:
 def render() -> None:
     path = RESULTS / f"{NAME}.json"
     rows = json.loads(path.read_text())["rows"] if path.exists() else []
-    cols = ["agent_recall@1", "agent_recall@3", "agent_recall@5", "agent_map@5", "agent_ndcg@5", "tool_recall@5"]
-    head = "| test set (queries / tools / agents) | encoder | query | method | " + " | ".join(
-        c.replace("agent_", "A-").replace("tool_", "T-") for c in cols) + " |"
-    lines = [head, "|---|---|---|---|" + "---|" * len(cols)]
-    order = {m: i for i, m in enumerate(MAIN)}
-    main = [r for r in rows if r["method"] in MAIN]
-    for r in sorted(main, key=lambda r: (list(SETS).index(r["dataset"]) if r["dataset"] in SETS else 99,
-                                         r["encoder"], r["setting"], order[r["method"]])):
-        best = max(x["metrics"]["agent_recall@5"] for x in main if (x["dataset"], x["encoder"], x["setting"]) ==
-                   (r["dataset"], r["encoder"], r["setting"]))
-        cells = [_fmt(r["metrics"], c) for c in cols]
-        if r["metrics"]["agent_recall@5"] == best:
-            cells[2] = f"**{cells[2]}**"
-        lines.append(f"| {r['dataset']} ({r['queries']} / {r['tools']} / {r['agents']}) | {r['encoder']} | "
-                     f"{r['setting']} | {r['method']} | " + " | ".join(cells) + " |")
-    write_readme_table("agents-main", "\n".join(lines))
-    var = [r for r in rows if "/" in r["method"] and "/tune/" not in r["method"] and r["encoder"] == "all-MiniLM-L6-v2"]
-    lines = ["| test set | query | variant | A-R@1 | A-R@5 | A-nDCG@5 | T-R@5 |", "|---|---|---|---|---|---|---|"]
-    for r in sorted(var, key=lambda r: (r["dataset"], r["setting"], r["method"])):
-        m = r["metrics"]
-        lines.append(f"| {r['dataset']} | {r['setting']} | {r['method']} | " +
-                     " | ".join(_fmt(m, c) for c in ("agent_recall@1", "agent_recall@5", "agent_ndcg@5",
-                                                     "tool_recall@5")) + " |")
+    by = {(r["method"], r["dataset"], r["setting"], r["encoder"]): r for r in rows}
+    blocks = []
+    for encoder in ("all-MiniLM-L6-v2", "minilm-toollens-ft"):
+        sets = [s for s in SETS if any((m, s, "direct", encoder) in by for m in MAIN)]
+        if not sets:
+            continue
+        lines = [f"**{encoder}** — agent Recall@1 / Recall@5 / nDCG@5 (best Recall@5 of the row in bold)", "",
+                 "| test set (queries / APIs / agents) | query | " + " | ".join(MAIN) + " |",
+                 "|---|---|" + "---|" * len(MAIN)]
+        for s in sets:
+            for mode in ("direct", "step-wise"):
+                got = {m: by.get((m, s, mode, encoder)) for m in MAIN}
+                if not any(got.values()):
+                    continue
+                best = max(r["metrics"]["agent_recall@5"] for r in got.values() if r)
+                any_row = next(r for r in got.values() if r)
+                cells = []
+                for r in got.values():
+                    if r is None:
+                        cells.append("–")
+                        continue
+                    m = r["metrics"]
+                    r5 = f"{m['agent_recall@5']:.3f}"
+                    r5 = f"**{r5}**" if m["agent_recall@5"] == best else r5
+                    cells.append(f"{m['agent_recall@1']:.3f} / {r5} / {m['agent_ndcg@5']:.3f}")
+                lines.append(f"| {s} ({any_row['queries']} / {any_row['tools']} / {any_row['agents']}) | {mode} | "
+                             + " | ".join(cells) + " |")
+        blocks.append("\n".join(lines))
+    write_readme_table("agents-main", "\n\n".join(blocks))
+
+    lines = ["| test set | query | " + " | ".join(
+        ["t2a rrf", "t2a dense", "t2a bm25", "tool_only dense", "agent_only dense", "t2a merge=interleave", "t2a merge=rrf"])
+        + " |", "|---|---|" + "---|" * 7]
+    keys = ["t2a", "t2a/dense", "t2a/bm25", "tool_only/dense", "agent_only/dense", "t2a/merge=interleave", "t2a/merge=rrf"]
+    for s in SETS:
+        for mode in ("direct", "step-wise"):
+            cells = [by.get((k, s, mode, "all-MiniLM-L6-v2")) for k in keys]
+            if not any(cells):
+                continue
+            lines.append(f"| {s} | {mode} | " + " | ".join(
+                f"{c['metrics']['agent_recall@5']:.3f}" if c else "–" for c in cells) + " |")
     write_readme_table("agents-variants", "\n".join(lines))
-    serve = [r for r in rows if r["method"] in ("serve/search_tools", "serve/sync")]
+
+    lines = ["| catalog | policy | query | tasks | ambiguous gold names | by category | by catalog order "
+             "| gold sets exactly right | agent R@5 |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if "@mcp-layout/" in r["dataset"]:
+            a = r["adapter"]
+            src, policy = r["dataset"].split("@mcp-layout/")
+            lines.append(f"| {src} → MCP layout | {policy} | {r['setting']} | {a['tasks']} | {a['ambiguous_gold']} | "
+                         f"{a['resolved_by_category']} | {a['resolved_by_catalog_order']} | "
+                         f"{a['gold_sets_exact']} / {a['tasks_in_source']} | {r['metrics']['agent_recall@5']:.3f} |")
+    write_readme_table("agents-mcp-layout", "\n".join(lines))
+
     lines = ["| measurement | figures |", "|---|---|"]
-    for r in serve:
-        lines.append(f"| {r['method']} ({r['dataset']}) | " + ", ".join(f"{k} {v}" for k, v in r["metrics"].items())
-                     + " |")
+    for r in rows:
+        if r["method"] in ("serve/search_tools", "serve/sync"):
+            lines.append(f"| {r['method']} ({r['dataset']}, {r['setting']}) | "
+                         + ", ".join(f"{k} {v}" for k, v in r["metrics"].items()) + " |")
     write_readme_table("agents-serving", "\n".join(lines))
 
 
@@ -177,18 +254,25 @@ def main() -> None:
     s.add_argument("--requests", type=int, default=400)
     s.add_argument("--clients", type=int, nargs="+", default=[1, 8])
     s.add_argument("--index", type=Path, default=Path("runs/serve_bench"))
+    s.add_argument("--max-batches", type=int, nargs="+", default=[32, 1])
+    m = sub.add_parser("mcp-layout")
+    m.add_argument("--set", default="draft-g2", choices=list(SETS))
+    m.add_argument("--policies", nargs="+", default=["category", "first", "all"])
+    m.add_argument("--modes", nargs="+", default=["direct", "step-wise"])
     sub.add_parser("render")
     args = p.parse_args()
     if args.cmd == "quality":
         cmd_quality(args)
     elif args.cmd == "tune":
         cmd_tune(args)
+    elif args.cmd == "mcp-layout":
+        cmd_mcp_layout(args)
     elif args.cmd == "serve":
         from serve_bench import run as serve_run
 
         rows = serve_run(args, COMMAND)
         upsert(NAME, rows, KEY)
-    if args.cmd in ("render", "quality", "tune", "serve"):
+    if args.cmd in ("render", "quality", "tune", "serve", "mcp-layout"):
         render()
 
 

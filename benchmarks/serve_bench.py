@@ -1,6 +1,7 @@
 """Serving benchmark (called by ``benchmarks/agents.py serve``): a 10k-tool index of real tools,
 ``toolgraph index sync`` of 1,000 changed tools, and ``search_tools`` latency through a real MCP
-client session on 127.0.0.1 — 1 client, then 8 concurrent clients — bounded in count and time.
+client session on 127.0.0.1 — 1 client, then 8 concurrent clients — bounded in count and time,
+with the server's micro-batching on (``--max-batch 32``) and off (``--max-batch 1``).
 
 Catalog: the union of the ToolBench test catalogs (StableToolBench G1/G2 candidates and COLT's G3
 corpus; agent = the RapidAPI tool), Seal-Tools and NesTools (agent = dataset:category), shuffled
@@ -106,9 +107,46 @@ async def _load(url: str, texts: list[str], clients: int, seconds: float) -> tup
     return lat, errors, time.perf_counter() - t0
 
 
-def run(args, command: str) -> list[dict]:
+def _latency(index: Path, texts: list[str], clients_list: list[int], max_batch: int, n_tools: int, work: Path,
+             command: str) -> list[dict]:
+    """Start ``toolgraph serve`` over HTTP on 127.0.0.1 and time search_tools through MCP sessions."""
     import anyio
 
+    port = _free_port()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "toolgraph.cli", "serve", "--retriever", str(index),
+                             "--transport", "http", "--port", str(port), "--max-batch", str(max_batch)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=open(work / f"server-{max_batch}.log", "w"))
+    rows = []
+    try:
+        for _ in range(600):
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5)
+                break
+            except OSError:
+                time.sleep(0.5)
+        url = f"http://127.0.0.1:{port}/mcp"
+        anyio.run(_load, url, texts[:10], 1, 60.0)  # warm-up (model load, first allocations)
+        for clients in clients_list:
+            before = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/health").read())
+            lat, errors, wall = anyio.run(_load, url, texts, clients, 180.0)
+            after = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/health").read())
+            served = after["batches"] - before["batches"]
+            m = {"clients": clients, "requests": len(lat) + len(errors), "errors": len(errors), **_pcts(lat),
+                 "requests_per_s": round(len(lat) / wall, 1), "tools": n_tools, "max_batch": max_batch,
+                 "mean_batch": round((len(lat) + len(errors)) / served, 2) if served else None}
+            print(m, errors[:3], flush=True)
+            setting = f"{clients}-client" + ("s" if clients > 1 else "") + ("" if max_batch > 1 else ", no batching")
+            rows.append({"method": "serve/search_tools", "dataset": f"real-{n_tools}", "split": "-",
+                         "setting": setting, "encoder": "all-MiniLM-L6-v2", "metrics": m, "command": command,
+                         "errors_sample": errors[:3]})
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    return rows
+
+
+def run(args, command: str) -> list[dict]:
     from toolgraph.data.formats import write_dataset
     from toolgraph.sync import sync_index
 
@@ -141,31 +179,8 @@ def run(args, command: str) -> list[dict]:
                          "speedup_vs_rebuild": round(build_s / sync_s, 1)},
              "command": command}]
 
-    port = _free_port()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "toolgraph.cli", "serve", "--retriever", str(index),
-                             "--transport", "http", "--port", str(port)], env=env, stdout=subprocess.DEVNULL,
-                            stderr=open(work / "server.log", "w"))
-    try:
-        for _ in range(600):
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5)
-                break
-            except OSError:
-                time.sleep(0.5)
-        url = f"http://127.0.0.1:{port}/mcp"
-        texts = queries(args.requests)
-        anyio.run(_load, url, texts[:10], 1, 60.0)  # warm-up (model load, first allocations)
-        for clients in args.clients:
-            lat, errors, wall = anyio.run(_load, url, texts, clients, 180.0)
-            m = {"clients": clients, "requests": len(lat) + len(errors), "errors": len(errors), **_pcts(lat),
-                 "requests_per_s": round(len(lat) / wall, 1), "tools": synced["tools"]}
-            print(m, errors[:3], flush=True)
-            rows.append({"method": "serve/search_tools", "dataset": f"real-{synced['tools']}", "split": "-",
-                         "setting": f"{clients}-client" + ("s" if clients > 1 else ""), "encoder": "all-MiniLM-L6-v2",
-                         "metrics": m, "command": command, "errors_sample": errors[:3]})
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+    texts = queries(args.requests)
+    for max_batch in args.max_batches:
+        rows += _latency(index, texts, args.clients, max_batch, synced["tools"], work, command)
     (work / "rows.json").write_text(json.dumps(rows, indent=1))
     return rows

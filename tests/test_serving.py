@@ -204,3 +204,31 @@ def test_plain_retrievers_serve_agents_by_roll_up(tmp_path, mcp_catalog):
     assert agents[0]["id"] == "flights" and agents[0]["tools"][0] == "flights::book_flight"
     with pytest.raises(ValueError, match="non-empty"):
         live.search_tools("  ", 2)
+
+
+def test_concurrent_requests_are_batched_and_answered_exactly(index):
+    from concurrent.futures import ThreadPoolExecutor
+
+    live = LiveIndex(index)
+    queries = ["weather in paris", "book a flight", "hotel rooms", "stock price", "web page", "convert money"]
+    sequential = [live.search_tools(q, 3) for q in queries] + [live.search_agents(q, 2) for q in queries]
+    real, first = live._tools, [True]
+
+    def slow(qs, k):  # hold the worker on the first batch so the other requests pile up behind it
+        if first[0]:
+            first[0] = False
+            time.sleep(0.5)
+        return real(qs, k)
+
+    live._tools = slow
+    live.batches.clear()
+    with ThreadPoolExecutor(12) as pool:
+        futs = [pool.submit(live.search_tools, q, 3) for q in queries]
+        futs += [pool.submit(live.search_agents, q, 2) for q in queries]
+        got = [f.result() for f in futs]
+    assert [[t["id"] for t in r] for r in got] == [[t["id"] for t in r] for r in sequential]
+    assert max(live.batches) > 1 and sum(live.batches) == 12
+    one = LiveIndex(index, max_batch=1)
+    assert one.search_tools(queries[0], 3) == sequential[0] and set(one.batches) == {1}
+    with pytest.raises(ConfigError, match="max_batch"):
+        LiveIndex(index, max_batch=0)

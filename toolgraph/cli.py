@@ -202,7 +202,7 @@ def cmd_retrieve(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     from toolgraph.serving import serve
 
-    serve(args.retriever, args.transport, args.host, args.port)
+    serve(args.retriever, args.transport, args.host, args.port, args.max_batch)
     return 0
 
 
@@ -295,6 +295,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stdio, or http: MCP streamable HTTP at /mcp plus JSON routes /search, /search_agents")
     v.add_argument("--host", default="127.0.0.1")
     v.add_argument("--port", type=int, default=8000)
+    v.add_argument("--max-batch", type=int, default=32, help="concurrent requests answered in one batch (1: off)")
     v.set_defaults(fn=cmd_serve)
 
     i = sub.add_parser("index", help="maintain a saved agent/tool index")

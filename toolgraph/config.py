@@ -43,7 +43,7 @@ class EvalConfig:
     max_queries: int | None = None  # evaluate the first N queries of the split (smoke runs)
     query_mode: str = "direct"  # direct | step-wise (each step retrieved, then merged)
     steps: str = "auto"  # step-wise: annotated (Query.steps) | sentences | auto (annotated, else sentences)
-    step_merge: str = "interleave"  # interleave | max | rrf (retrieval/steps.py)
+    step_merge: str = "max"  # max | interleave | rrf (retrieval/steps.py)
 
 
 @dataclass

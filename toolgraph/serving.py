@@ -18,8 +18,10 @@ tokenizer is not thread-safe), so the event loop keeps accepting requests.
 from __future__ import annotations
 
 import os
+import queue
 import threading
 import time
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -30,18 +32,27 @@ MAX_K = 100
 
 
 class LiveIndex:
-    """A retriever loaded from ``path`` and reloaded when the folder is replaced (new inode)."""
+    """A retriever loaded from ``path`` and reloaded when the folder is replaced (new inode).
 
-    def __init__(self, path: str | Path, check_every: float = 1.0):
+    Requests from concurrent clients are micro-batched: one worker thread owns the retriever, takes
+    every request waiting (up to ``max_batch``) and answers them with one batched retrieval — one
+    encoder call for 8 queries costs far less than 8 calls. ``max_batch=1`` turns this off."""
+
+    def __init__(self, path: str | Path, check_every: float = 1.0, max_batch: int = 32):
         from toolgraph.sync import load_index
 
+        if max_batch < 1:
+            raise ConfigError(f"max_batch must be >= 1, got {max_batch}")
         self.path = Path(path)
-        self.lock = threading.Lock()
         self.check_every = check_every
+        self.max_batch = max_batch
         self._last_check = time.monotonic()
         self._stamp = self._current_stamp()
         self.retriever: Retriever = load_index(self.path)
         self.reloads = 0
+        self.batches: list[int] = []  # sizes of the batches served (for the benchmark)
+        self._queue: queue.Queue = queue.Queue()
+        threading.Thread(target=self._worker, name="toolgraph-retrieval", daemon=True).start()
 
     def _current_stamp(self) -> tuple[int, int] | None:
         try:
@@ -62,33 +73,72 @@ class LiveIndex:
             self.retriever, self._stamp = load_index(self.path), stamp
             self.reloads += 1
 
-    def search_tools(self, query: str, k: int = 5) -> list[dict[str, Any]]:
-        k = _check(query, k)
-        with self.lock:
-            self._maybe_reload()
-            r = self.retriever
-            ranking = r.retrieve([query], k)
-            by_id = {t.id: t for t in r.tools}
-            return [{"id": i, "name": by_id[i].name, "agent": by_id[i].agent, "description": by_id[i].description,
-                     "score": round(float(s), 6), "input_schema": by_id[i].parameters}
-                    for i, s in zip(ranking.ids[0], ranking.scores[0].tolist())]
+    # ---- the worker: batches of waiting requests, one retrieval per kind ---------------------------
+    def _worker(self) -> None:
+        while True:
+            batch = [self._queue.get()]
+            while len(batch) < self.max_batch:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            self.batches.append(len(batch))
+            try:
+                self._maybe_reload()
+            except Exception as e:  # noqa: BLE001 - a broken new index keeps the old one serving
+                self._stamp = self._current_stamp()
+                print(f"toolgraph serve: reload failed, still serving the previous index: {e}", flush=True)
+            for kind in ("tools", "agents"):
+                items = [b for b in batch if b[0] == kind]
+                if not items:
+                    continue
+                try:
+                    fn = self._tools if kind == "tools" else self._agents
+                    results = fn([b[1] for b in items], max(b[2] for b in items))
+                    for (_, _, k, fut), res in zip(items, results):
+                        fut.set_result(res[:k])
+                except Exception as e:  # noqa: BLE001 - every waiting caller gets the error
+                    for *_, fut in items:
+                        fut.set_exception(e)
 
-    def search_agents(self, query: str, k: int = 5, tools_per_agent: int = 3) -> list[dict[str, Any]]:
+    def _submit(self, kind: str, query: Any, k: Any) -> list[dict[str, Any]]:
         k = _check(query, k)
-        with self.lock:
-            self._maybe_reload()
-            r = self.retriever
-            agents = r.retrieve_agents([query], k)
-            info = {a.id: a for a in getattr(r, "agents", [])}
-            tools = r.retrieve([query], len(r.tools)).ids[0]
-            owner = {t.id: t.agent for t in r.tools}
-            out = []
-            for a, s in zip(agents.ids[0], agents.scores[0].tolist()):
-                inside = [t for t in tools if owner[t] == a][:tools_per_agent]
-                out.append({"id": a, "name": info[a].name if a in info else a,
-                            "description": info[a].description if a in info else "",
-                            "score": round(float(s), 6), "tools": inside})
-            return out
+        fut: Future = Future()
+        self._queue.put((kind, query, k, fut))
+        return fut.result()
+
+    def _tools(self, queries: list[str], k: int) -> list[list[dict[str, Any]]]:
+        r = self.retriever
+        ranking = r.retrieve(queries, k)
+        by_id = {t.id: t for t in r.tools}
+        return [[{"id": i, "name": by_id[i].name, "agent": by_id[i].agent, "description": by_id[i].description,
+                  "score": round(float(s), 6), "input_schema": by_id[i].parameters}
+                 for i, s in zip(ids, scores)] for ids, scores in zip(ranking.ids, ranking.scores.tolist())]
+
+    def _agents(self, queries: list[str], k: int, tools_per_agent: int = 3) -> list[list[dict[str, Any]]]:
+        r = self.retriever
+        agents = r.retrieve_agents(queries, k)
+        info = {a.id: a for a in getattr(r, "agents", [])}
+        owner = {t.id: t.agent for t in r.tools}
+        out = []
+        for ids, scores, tools in zip(agents.ids, agents.scores.tolist(), r.retrieve(queries, len(r.tools)).ids):
+            inside: dict[str, list[str]] = {a: [] for a in ids}
+            for t in tools:
+                if owner[t] in inside and len(inside[owner[t]]) < tools_per_agent:
+                    inside[owner[t]].append(t)
+            out.append([{"id": a, "name": info[a].name if a in info else a,
+                         "description": info[a].description if a in info else "",
+                         "score": round(float(s), 6), "tools": inside[a]} for a, s in zip(ids, scores)])
+        return out
+
+    # ---- public -------------------------------------------------------------------------------------
+    def search_tools(self, query: str, k: int = 5) -> list[dict[str, Any]]:
+        """The k best tools for ``query`` (blocks until the worker has answered)."""
+        return self._submit("tools", query, k)
+
+    def search_agents(self, query: str, k: int = 5) -> list[dict[str, Any]]:
+        """The k best agents for ``query``, each with its best tools."""
+        return self._submit("agents", query, k)
 
 
 def _check(query: Any, k: Any) -> int:
@@ -152,16 +202,19 @@ def build_server(index: LiveIndex, name: str = "toolgraph"):
     @server.custom_route("/health", methods=["GET"])
     async def health(request: Request) -> JSONResponse:
         r = index.retriever
+        sizes = index.batches
         return JSONResponse({"status": "ok", "retriever": r.name, "tools": len(r.tools),
-                             "agents": len(getattr(r, "agents", [])), "reloads": index.reloads})
+                             "agents": len(getattr(r, "agents", [])), "reloads": index.reloads,
+                             "batches": len(sizes), "mean_batch": round(sum(sizes) / len(sizes), 2) if sizes else 0})
 
     return server
 
 
-def serve(retriever: str | Path, transport: str = "stdio", host: str = "127.0.0.1", port: int = 8000) -> None:
+def serve(retriever: str | Path, transport: str = "stdio", host: str = "127.0.0.1", port: int = 8000,
+          max_batch: int = 32) -> None:
     if transport not in ("stdio", "http"):
         raise ConfigError(f"--transport must be stdio or http, got {transport!r}")
-    server = build_server(LiveIndex(retriever))
+    server = build_server(LiveIndex(retriever, max_batch=max_batch))
     if transport == "stdio":
         server.run("stdio")
     else:

@@ -70,7 +70,7 @@ class AgentRetrieverConfig(RetrieverConfig):
     agent_text: str = "description"  # description | description+tools (agent text lists its tool names)
     route_agents: int = 3  # tool-level output: tools of this many best agents come first
     servers: int = 5  # mcp_zero: servers kept at the first stage
-    step_merge: str = "interleave"  # interleave | max | rrf (retrieval/steps.py)
+    step_merge: str = "max"  # max | interleave | rrf (retrieval/steps.py)
 
 
 def content_hash(obj: Tool | Agent) -> str:

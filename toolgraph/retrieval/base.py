@@ -82,10 +82,10 @@ class Retriever(ABC):
             ids += [[self.tools[i].id for i in row] for row in indices.tolist()]
         return Ranking(ids, torch.cat(scores) if scores else torch.zeros(0, k))
 
-    def retrieve_steps(self, step_lists: Sequence[Sequence[str]], k: int, merge: str = "interleave",
+    def retrieve_steps(self, step_lists: Sequence[Sequence[str]], k: int, merge: str = "max",
                        batch_size: int = 256) -> Ranking:
         """Step-wise querying: each task's steps are scored separately and merged into one ranking
-        by ``merge`` (interleave | max | rrf; see retrieval/steps.py)."""
+        by ``merge`` (max | interleave | rrf; see retrieval/steps.py)."""
         from toolgraph.retrieval.steps import merged_scores
 
         if not self.tools:
@@ -110,7 +110,7 @@ class Retriever(ABC):
             raise DataError(f"{type(self).__name__}: no indexed tool names an agent")
         n = len(self.tools)
         tools = (self.retrieve(queries, n, batch_size) if steps is None
-                 else self.retrieve_steps(steps, n, merge or "interleave", batch_size))
+                 else self.retrieve_steps(steps, n, merge or "max", batch_size))
         ids, scores = [], torch.full((len(queries), k), float("-inf"))
         for q, (row, vals) in enumerate(zip(tools.ids, tools.scores.tolist())):
             best = {t: v for t, v in zip(row, vals)}

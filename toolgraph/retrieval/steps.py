@@ -4,13 +4,17 @@ A task like "find a flight to Rome and a hotel there" needs one tool per step; a
 vector sits between them. Each step is scored separately and the per-step score rows of one task
 are merged into one row by a rule:
 
-* ``interleave`` (default): round robin — every step's rank-1 item first (in step order), then every
-  step's rank-2 item, …; each step is guaranteed its best item within the first ``len(steps)`` places;
-* ``max``: the best score any step gives (scores must be comparable across steps: same scorer);
+* ``max`` (default): the best score any step gives it (scores are comparable across steps: one
+  scorer, one index). A step that matches an item well puts it high, whatever the other steps say;
+* ``interleave``: round robin — every step's rank-1 item first (in step order), then every step's
+  rank-2 item, …; each step is guaranteed its best item within the first ``len(steps)`` places, but a
+  weak step (a context sentence) gets the same share as a strong one;
 * ``rrf``: sum over steps of 1 / (rrf_k + rank in that step). A consensus rule: an item that every
   step ranks moderately beats one that a single step ranks first — the opposite of what a task whose
-  steps need different tools wants (measured: DRAFT G2 agent R@5 0.36 vs 0.66 interleave), kept for
-  comparison.
+  steps need different tools wants; kept for comparison.
+
+The default was picked on StableToolBench G1 (agent R@1 / R@5 with T2A: max 0.757 / 0.911,
+interleave 0.561 / 0.905, rrf 0.622 / 0.857) and holds on the other ToolBench sets (README).
 
 Steps come from the data (``Query.steps``, e.g. MCP tasks' annotated steps) or, where a benchmark
 has none, from splitting the request into sentences (:func:`sentences`).
@@ -39,7 +43,7 @@ def ranks(scores: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def merge_steps(scores: torch.Tensor, rule: str = "interleave", rrf_k: int = 60) -> torch.Tensor:
+def merge_steps(scores: torch.Tensor, rule: str = "max", rrf_k: int = 60) -> torch.Tensor:
     """[S, N] per-step scores of one task -> [N] merged scores (higher is better)."""
     if rule not in MERGES:
         raise ValueError(f"step merge must be one of {MERGES}, got {rule!r}")
@@ -54,7 +58,7 @@ def merge_steps(scores: torch.Tensor, rule: str = "interleave", rrf_k: int = 60)
     return -(r * scores.shape[0] + steps).min(0).values.float()  # interleave: earliest (rank, step) slot
 
 
-def merged_scores(score_fn, step_lists: list[list[str]], rule: str = "interleave", rrf_k: int = 60) -> torch.Tensor:
+def merged_scores(score_fn, step_lists: list[list[str]], rule: str = "max", rrf_k: int = 60) -> torch.Tensor:
     """Score every step of every task in one call to ``score_fn`` ([T, N]), merge per task -> [Q, N]."""
     flat = [s for steps in step_lists for s in steps]
     if any(not steps for steps in step_lists):

@@ -228,11 +228,22 @@ def render() -> None:
                          f"{a['gold_sets_exact']} / {a['tasks_in_source']} | {r['metrics']['agent_recall@5']:.3f} |")
     write_readme_table("agents-mcp-layout", "\n".join(lines))
 
-    lines = ["| measurement | figures |", "|---|---|"]
+    lines = ["| index | clients | micro-batching | requests | errors | p50 ms | p95 ms | requests/s | mean batch |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in sorted((r for r in rows if r["method"] == "serve/search_tools"),
+                    key=lambda r: (r["metrics"]["clients"], -r["metrics"]["max_batch"])):
+        m = r["metrics"]
+        batching = f"on (≤{m['max_batch']})" if m["max_batch"] > 1 else "off"
+        lines.append(f"| {m['tools']:,} tools | {m['clients']} | {batching} | {m['requests']} | {m['errors']} | "
+                     f"{m['p50_ms']} | {m['p95_ms']} | {m['requests_per_s']} | {m['mean_batch']} |")
     for r in rows:
-        if r["method"] in ("serve/search_tools", "serve/sync"):
-            lines.append(f"| {r['method']} ({r['dataset']}, {r['setting']}) | "
-                         + ", ".join(f"{k} {v}" for k, v in r["metrics"].items()) + " |")
+        if r["method"] == "serve/sync":
+            m = r["metrics"]
+            lines += ["", "| index sync | tools / agents | changed tools | updated | texts encoded | seconds "
+                      "| full build: texts encoded, seconds | speed-up |", "|---|---|---|---|---|---|---|---|",
+                      f"| `toolgraph index sync` | {m['tools']:,} / {m['agents']:,} | {m['changed_tools']} | "
+                      f"{m['updated']} | **{m['encoded']}** | {m['sync_s']} | {m['build_encoded']:,}, {m['build_s']} "
+                      f"| {m['speedup_vs_rebuild']}× |"]
     write_readme_table("agents-serving", "\n".join(lines))
 
 

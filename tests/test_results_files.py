@@ -19,8 +19,8 @@ def test_rows_have_the_documented_shape_and_a_command(path):
     for r in rows:
         assert set(KEY) | {"metrics", "command"} <= set(r), (path.name, r.get("method"))
         assert r["command"].startswith("python ") and isinstance(r["metrics"], dict) and r["metrics"]
-    keys = [tuple(r[k] for k in KEY) for r in rows]
-    assert len(keys) == len(set(keys)), f"{path.name}: duplicate (method, dataset, split, setting)"
+    keys = [tuple(r.get(k) for k in (*KEY, "encoder")) for r in rows]
+    assert len(keys) == len(set(keys)), f"{path.name}: duplicate (method, dataset, split, setting, encoder)"
 
 
 def test_usage_table_in_readme_is_generated_from_its_results_file():
@@ -66,3 +66,24 @@ def test_inductive_tables_in_readme_are_generated_from_inductive_json(monkeypatc
     for marker, text in written.items():
         block = re.search(rf"<!-- {marker}:start -->\n(.*?)<!-- {marker}:end -->", readme, re.S).group(1)
         assert block.strip() == text.strip(), marker
+
+
+def test_agents_tables_in_readme_are_generated_from_agents_json(monkeypatch):
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import agents
+
+    written = {}
+    monkeypatch.setattr(agents, "write_readme_table", lambda marker, text: written.__setitem__(marker, text))
+    agents.render()
+    readme = (ROOT / "README.md").read_text()
+    assert set(written) == {"agents-main", "agents-variants", "agents-mcp-layout", "agents-serving"}
+    for marker, text in written.items():
+        block = re.search(rf"<!-- {marker}:start -->\n(.*?)<!-- {marker}:end -->", readme, re.S).group(1)
+        assert block.strip() == text.strip(), marker
+    rows = json.loads((ROOT / "benchmarks/results/agents.json").read_text())["rows"]
+    serve = [r for r in rows if r["method"] == "serve/search_tools"]
+    assert serve and all(r["metrics"]["errors"] == 0 for r in serve)
+    sync = next(r for r in rows if r["method"] == "serve/sync")["metrics"]
+    assert sync["encoded"] == sync["changed_tools"] == 1000

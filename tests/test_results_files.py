@@ -36,52 +36,31 @@ def test_usage_table_in_readme_is_generated_from_its_results_file():
     assert block.strip() == table.strip()
 
 
-def test_tgr_tables_in_readme_are_generated_from_tgr_json(monkeypatch):
-    import sys
+GENERATED_TABLES = {
+    "tgr": ({}, {"tgr-discriminator", "tgr-retrieval", "tgr-graph"}),
+    "inductive": ({"save": False}, {"inductive-main", "inductive-ablation", "inductive-kl", "inductive-timing"}),
+    "agents": ({}, {"agents-main", "agents-variants", "agents-mcp-layout", "agents-serving"}),
+}
 
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    import tgr
 
+@pytest.mark.parametrize("script", sorted(GENERATED_TABLES))
+def test_readme_tables_are_generated_from_their_results_file(script, monkeypatch):
+    import importlib
+
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    module = importlib.import_module(script)
+    kwargs, markers = GENERATED_TABLES[script]
     written = {}
-    monkeypatch.setattr(tgr, "write_readme_table", lambda marker, text: written.__setitem__(marker, text))
-    tgr.render()
+    monkeypatch.setattr(module, "write_readme_table", lambda marker, text: written.__setitem__(marker, text))
+    module.render(**kwargs)
     readme = (ROOT / "README.md").read_text()
-    assert set(written) == {"tgr-discriminator", "tgr-retrieval", "tgr-graph"}
+    assert set(written) == markers
     for marker, text in written.items():
         block = re.search(rf"<!-- {marker}:start -->\n(.*?)<!-- {marker}:end -->", readme, re.S).group(1)
         assert block.strip() == text.strip(), marker
 
 
-def test_inductive_tables_in_readme_are_generated_from_inductive_json(monkeypatch):
-    import sys
-
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    import inductive
-
-    written = {}
-    monkeypatch.setattr(inductive, "write_readme_table", lambda marker, text: written.__setitem__(marker, text))
-    inductive.render(save=False)
-    readme = (ROOT / "README.md").read_text()
-    assert set(written) == {"inductive-main", "inductive-ablation", "inductive-kl", "inductive-timing"}
-    for marker, text in written.items():
-        block = re.search(rf"<!-- {marker}:start -->\n(.*?)<!-- {marker}:end -->", readme, re.S).group(1)
-        assert block.strip() == text.strip(), marker
-
-
-def test_agents_tables_in_readme_are_generated_from_agents_json(monkeypatch):
-    import sys
-
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    import agents
-
-    written = {}
-    monkeypatch.setattr(agents, "write_readme_table", lambda marker, text: written.__setitem__(marker, text))
-    agents.render()
-    readme = (ROOT / "README.md").read_text()
-    assert set(written) == {"agents-main", "agents-variants", "agents-mcp-layout", "agents-serving"}
-    for marker, text in written.items():
-        block = re.search(rf"<!-- {marker}:start -->\n(.*?)<!-- {marker}:end -->", readme, re.S).group(1)
-        assert block.strip() == text.strip(), marker
+def test_serving_rows_have_no_errors_and_sync_encodes_only_the_changed_tools():
     rows = json.loads((ROOT / "benchmarks/results/agents.json").read_text())["rows"]
     serve = [r for r in rows if r["method"] == "serve/search_tools"]
     assert serve and all(r["metrics"]["errors"] == 0 for r in serve)

@@ -91,6 +91,32 @@ def test_tool_level_output_puts_the_chosen_agents_tools_first(mcp, tiny_bert_dir
         assert all(owner[t] in agents[q] for t in ranking[:n_inside])
 
 
+@pytest.mark.parametrize("name", ["t2a", "agent_only", "tool_only", "mcp_zero"])
+def test_one_scoring_per_call_and_agents_with_tools_agree(mcp, tiny_bert_dir, name):
+    r = fitted(name, mcp, tiny_bert_dir, scorer="dense" if name == "mcp_zero" else "rrf")
+    calls = []
+    encode = r.dense.encode_queries
+    r.dense.encode_queries = lambda qs: calls.append(len(qs)) or encode(qs)
+    tools = r.retrieve(QUERIES, len(r.tools))
+    agents = r.retrieve_agents(QUERIES, 2)
+    both = r.retrieve_agents_and_tools(QUERIES, 2)
+    assert calls == [len(QUERIES)] * 3  # each call encodes the queries once, however many rankings it derives
+    assert both[0].ids == agents.ids and torch.allclose(both[0].scores, agents.scores)
+    assert both[1].ids == tools.ids and torch.allclose(both[1].scores, tools.scores)
+
+
+def test_plain_retrievers_roll_up_agents_with_tools(mcp):
+    r = RETRIEVERS.get("bm25")(RETRIEVERS.get("bm25").Config(name="bm25"))
+    r.index(mcp.tools)
+    agents, tools = r.retrieve_agents_and_tools(QUERIES, 2)
+    assert agents.ids == r.retrieve_agents(QUERIES, 2).ids == [M.roll_up(t, mcp.agent_of())[:2] for t in tools.ids]
+    assert tools.ids == r.retrieve(QUERIES, len(r.tools)).ids
+    best = {}
+    for t, v in zip(tools.ids[0], tools.scores[0].tolist()):
+        best.setdefault(mcp.agent_of()[t], v)
+    assert agents.scores[0].tolist() == pytest.approx([best[a] for a in agents.ids[0]])
+
+
 def test_mcp_zero_formula_by_hand(mcp, tiny_bert_dir):
     r = fitted("mcp_zero", mcp, tiny_bert_dir, scorer="dense", servers=2)
     s = r._dense_scores(QUERIES[:1])[0].clamp(min=0)

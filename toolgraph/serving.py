@@ -39,7 +39,7 @@ class LiveIndex:
     encoder call for 8 queries costs far less than 8 calls. ``max_batch=1`` turns this off."""
 
     def __init__(self, path: str | Path, check_every: float = 1.0, max_batch: int = 32):
-        from toolgraph.sync import load_index
+        from toolgraph.inference import load
 
         if max_batch < 1:
             raise ConfigError(f"max_batch must be >= 1, got {max_batch}")
@@ -48,11 +48,17 @@ class LiveIndex:
         self.max_batch = max_batch
         self._last_check = time.monotonic()
         self._stamp = self._current_stamp()
-        self.retriever: Retriever = load_index(self.path)
+        self._use(load(self.path))
         self.reloads = 0
         self.batches: list[int] = []  # sizes of the batches served (for the benchmark)
         self._queue: queue.Queue = queue.Queue()
         threading.Thread(target=self._worker, name="toolgraph-retrieval", daemon=True).start()
+
+    def _use(self, retriever: Retriever) -> None:
+        """Serve ``retriever``; the id lookups are built once per loaded index, not per request."""
+        self.retriever = retriever
+        self._tool = {t.id: t for t in retriever.tools}
+        self._agent = {a.id: a for a in getattr(retriever, "agents", [])}
 
     def _current_stamp(self) -> tuple[int, int] | None:
         try:
@@ -62,7 +68,7 @@ class LiveIndex:
         return st.st_ino, st.st_mtime_ns
 
     def _maybe_reload(self) -> None:
-        from toolgraph.sync import load_index
+        from toolgraph.inference import load
 
         now = time.monotonic()
         if now - self._last_check < self.check_every:
@@ -70,7 +76,8 @@ class LiveIndex:
         self._last_check = now
         stamp = self._current_stamp()
         if stamp is not None and stamp != self._stamp:
-            self.retriever, self._stamp = load_index(self.path), stamp
+            self._use(load(self.path))
+            self._stamp = stamp
             self.reloads += 1
 
     # ---- the worker: batches of waiting requests, one retrieval per kind ---------------------------
@@ -108,26 +115,23 @@ class LiveIndex:
         return fut.result()
 
     def _tools(self, queries: list[str], k: int) -> list[list[dict[str, Any]]]:
-        r = self.retriever
-        ranking = r.retrieve(queries, k)
-        by_id = {t.id: t for t in r.tools}
-        return [[{"id": i, "name": by_id[i].name, "agent": by_id[i].agent, "description": by_id[i].description,
-                  "score": round(float(s), 6), "input_schema": by_id[i].parameters}
+        ranking = self.retriever.retrieve(queries, k)
+        tool = self._tool
+        return [[{"id": i, "name": tool[i].name, "agent": tool[i].agent, "description": tool[i].description,
+                  "score": round(float(s), 6), "input_schema": tool[i].parameters}
                  for i, s in zip(ids, scores)] for ids, scores in zip(ranking.ids, ranking.scores.tolist())]
 
     def _agents(self, queries: list[str], k: int, tools_per_agent: int = 3) -> list[list[dict[str, Any]]]:
-        r = self.retriever
-        agents = r.retrieve_agents(queries, k)
-        info = {a.id: a for a in getattr(r, "agents", [])}
-        owner = {t.id: t.agent for t in r.tools}
+        agents, tools = self.retriever.retrieve_agents_and_tools(queries, k)  # one scoring of the queries
         out = []
-        for ids, scores, tools in zip(agents.ids, agents.scores.tolist(), r.retrieve(queries, len(r.tools)).ids):
+        for ids, scores, ranked in zip(agents.ids, agents.scores.tolist(), tools.ids):
             inside: dict[str, list[str]] = {a: [] for a in ids}
-            for t in tools:
-                if owner[t] in inside and len(inside[owner[t]]) < tools_per_agent:
-                    inside[owner[t]].append(t)
-            out.append([{"id": a, "name": info[a].name if a in info else a,
-                         "description": info[a].description if a in info else "",
+            for t in ranked:
+                best = inside.get(self._tool[t].agent)
+                if best is not None and len(best) < tools_per_agent:
+                    best.append(t)
+            out.append([{"id": a, "name": self._agent[a].name if a in self._agent else a,
+                         "description": self._agent[a].description if a in self._agent else "",
                          "score": round(float(s), 6), "tools": inside[a]} for a, s in zip(ids, scores)])
         return out
 

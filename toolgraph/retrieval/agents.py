@@ -80,7 +80,7 @@ def content_hash(obj: Tool | Agent) -> str:
 
 class AgentRetriever(Retriever):
     """Shared base: entity index, scorers, step-wise querying, persistence. Variants pick how
-    entity scores become agent scores (``agent_scores``)."""
+    entity scores become agent scores (``agent_scores_from``); every score derives from one ``raw_scores`` call per query batch."""
 
     Config = AgentRetrieverConfig
     ranks_agents = True  # evaluate() takes the agent ranking from retrieve_agents, not a roll-up
@@ -198,22 +198,30 @@ class AgentRetriever(Retriever):
         rows = [self._bm25.get_scores(t) if t else np.zeros(n, dtype=np.float32) for t in tokens]
         return torch.from_numpy(np.stack(rows).astype(np.float32))
 
-    def entity_scores(self, queries: list[str], mask: torch.Tensor) -> torch.Tensor:
+    def raw_scores(self, queries: list[str]) -> dict[str, torch.Tensor]:
+        """The scorer's raw [Q, N + A] score matrices (``dense`` and/or ``bm25``), computed once per
+        query batch; every ranking below is derived from them (the queries are encoded once)."""
+        c = self.config
+        raw = {}
+        if c.scorer != "bm25":
+            raw["dense"] = self._dense_scores(queries)
+        if c.scorer != "dense":
+            raw["bm25"] = self._bm25_scores(queries)
+        return raw
+
+    def fuse(self, raw: dict[str, torch.Tensor], mask: torch.Tensor) -> torch.Tensor:
         """[Q, N + A] scores of the entities in ``mask`` (the others get NONE) under ``scorer``."""
         c = self.config
-        parts = []
-        if c.scorer != "bm25":
-            parts.append((self._dense_scores(queries), c.dense_weight))
-        if c.scorer != "dense":
-            parts.append((self._bm25_scores(queries), c.bm25_weight))
-        if c.scorer == "dense" or c.scorer == "bm25":
-            return parts[0][0].masked_fill(~mask, NONE)
-        fused = torch.zeros_like(parts[0][0])
-        for s, w in parts:
-            fused += w / (c.rrf_k + ranks(s.masked_fill(~mask, NONE)).float())
+        if c.scorer in raw:  # dense or bm25 alone
+            return raw[c.scorer].masked_fill(~mask, NONE)
+        weights = {"dense": c.dense_weight, "bm25": c.bm25_weight}
+        fused = sum(weights[m] / (c.rrf_k + ranks(s.masked_fill(~mask, NONE)).float()) for m, s in raw.items())
         if c.scorer == "weighted_rrf":
-            fused *= self._type_weights()
+            fused = fused * self._type_weights()
         return fused.masked_fill(~mask, NONE)
+
+    def entity_scores(self, queries: list[str], mask: torch.Tensor) -> torch.Tensor:
+        return self.fuse(self.raw_scores(queries), mask)
 
     def _type_weights(self) -> torch.Tensor:
         c = self.config
@@ -223,25 +231,30 @@ class AgentRetriever(Retriever):
         return torch.cat([torch.full((len(self.tools),), tools), torch.full((len(self.agents),), agents)])
 
     # ---- variant hook ---------------------------------------------------------------------------
-    def agent_scores(self, queries: list[str]) -> torch.Tensor:
+    def agent_scores_from(self, raw: dict[str, torch.Tensor]) -> torch.Tensor:
         """[Q, A]: an agent's score is its best entity's (``uses_tools`` / ``uses_agents`` pick which)."""
-        s = self.entity_scores(queries, self._mask(self.uses_tools, self.uses_agents))
-        n = len(self.tools)
-        best = torch.full((len(queries), len(self.agents)), NONE)
+        s = self.fuse(raw, self._mask(self.uses_tools, self.uses_agents))
+        q, n = s.shape[0], len(self.tools)
+        best = torch.full((q, len(self.agents)), NONE)
         if self.uses_tools and n:
             owned = self.owner >= 0
-            best = best.scatter_reduce(1, self.owner[owned].expand(len(queries), -1), s[:, :n][:, owned],
-                                       reduce="amax")
+            best = best.scatter_reduce(1, self.owner[owned].expand(q, -1), s[:, :n][:, owned], reduce="amax")
         if self.uses_agents:
             best = torch.maximum(best, s[:, n:])
         return best
 
-    def tool_scores(self, queries: list[str]) -> torch.Tensor:
+    def tool_scores_from(self, raw: dict[str, torch.Tensor]) -> torch.Tensor:
         """[Q, N]: tools of the ``route_agents`` best agents first (by tool score), then the rest."""
-        own = self.entity_scores(queries, self._mask(True, False))[:, : len(self.tools)]
-        chosen = topk(self.agent_scores(queries), self.config.route_agents)[1]  # [Q, R]
+        own = self.fuse(raw, self._mask(True, False))[:, : len(self.tools)]
+        chosen = topk(self.agent_scores_from(raw), self.config.route_agents)[1]  # [Q, R]
         inside = (self.owner.unsqueeze(0).unsqueeze(-1) == chosen.unsqueeze(1)).any(-1)  # [Q, N]
         return own + inside.float() * (own.abs().max() + 1.0) * 4  # chosen agents' tools above all others
+
+    def agent_scores(self, queries: list[str]) -> torch.Tensor:
+        return self.agent_scores_from(self.raw_scores(queries))
+
+    def tool_scores(self, queries: list[str]) -> torch.Tensor:
+        return self.tool_scores_from(self.raw_scores(queries))
 
     # ---- protocol -------------------------------------------------------------------------------
     def score(self, queries: list[str]) -> torch.Tensor:
@@ -264,6 +277,15 @@ class AgentRetriever(Retriever):
             scores.append(values)
             ids += [[self.agents[i].id for i in row] for row in idx.tolist()]
         return Ranking(ids, torch.cat(scores) if scores else torch.zeros(0, k))
+
+    def retrieve_agents_and_tools(self, queries: Sequence[str], k: int) -> tuple[Ranking, Ranking]:
+        if not self.agents:
+            raise RuntimeError(f"{type(self).__name__}: index(tools, agents) before retrieve_agents_and_tools()")
+        raw = self.raw_scores(list(queries))
+        agent_values, agent_idx = topk(self.agent_scores_from(raw), k)
+        tool_values, tool_idx = topk(self.tool_scores_from(raw), len(self.tools))
+        return (Ranking([[self.agents[i].id for i in row] for row in agent_idx.tolist()], agent_values),
+                Ranking([[self.tools[i].id for i in row] for row in tool_idx.tolist()], tool_values))
 
     # ---- persistence ----------------------------------------------------------------------------
     def save(self, folder: str | Path) -> Path:
@@ -313,8 +335,8 @@ class ToolOnlyRetriever(AgentRetriever):
     name = "tool_only"
     uses_agents = False
 
-    def tool_scores(self, queries: list[str]) -> torch.Tensor:
-        return self.entity_scores(queries, self._mask(True, False))[:, : len(self.tools)]
+    def tool_scores_from(self, raw: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.fuse(raw, self._mask(True, False))[:, : len(self.tools)]
 
 
 @RETRIEVERS.register("mcp_zero")
@@ -329,24 +351,24 @@ class MCPZeroRetriever(AgentRetriever):
             raise ConfigError(f"retriever.scorer: mcp_zero scores with cosine similarity only (scorer: dense), "
                               f"got {self.config.scorer!r}")
 
-    def _combined(self, queries: list[str]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        s = self._dense_scores(queries).clamp(min=0)  # [Q, N + A]
+    def _combined(self, raw: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        s = raw["dense"].clamp(min=0)  # [Q, N + A]
         n = len(self.tools)
         server, tool = s[:, n:], s[:, :n]
         kept = topk(server, self.config.servers)[1]  # [Q, S]
         inside = (self.owner.unsqueeze(0).unsqueeze(-1) == kept.unsqueeze(1)).any(-1)  # [Q, N]
-        tool_server = server.gather(1, self.owner.clamp(min=0).expand(len(queries), -1))  # [Q, N]
+        tool_server = server.gather(1, self.owner.clamp(min=0).expand(s.shape[0], -1))  # [Q, N]
         combined = (tool_server * tool) * torch.maximum(tool_server, tool)  # MCP-Zero's ranking formula
         return server, combined.masked_fill(~inside | (self.owner < 0), NONE), tool
 
-    def agent_scores(self, queries: list[str]) -> torch.Tensor:
-        server, combined, _ = self._combined(queries)
+    def agent_scores_from(self, raw: dict[str, torch.Tensor]) -> torch.Tensor:
+        server, combined, _ = self._combined(raw)
         owned = self.owner >= 0
         best = torch.full_like(server, NONE).scatter_reduce(
-            1, self.owner[owned].expand(len(queries), -1), combined[:, owned], reduce="amax")
+            1, self.owner[owned].expand(server.shape[0], -1), combined[:, owned], reduce="amax")
         # kept servers by their best tool; the others after them, by server score
         return torch.where(best > NONE / 2, best + 2.0, server - 2.0)
 
-    def tool_scores(self, queries: list[str]) -> torch.Tensor:
-        _, combined, tool = self._combined(queries)
+    def tool_scores_from(self, raw: dict[str, torch.Tensor]) -> torch.Tensor:
+        _, combined, tool = self._combined(raw)
         return torch.where(combined > NONE / 2, combined + 2.0, tool - 2.0)

@@ -103,24 +103,24 @@ class Retriever(ABC):
                         batch_size: int = 256, merge: str | None = None) -> Ranking:
         """Top-k agents (tool owners) per query: the full tool ranking rolled up, each agent scored by
         its best tool. Agent routers (retrieval/agents.py) rank agents themselves."""
-        from toolgraph.metrics import roll_up
-
-        owner = {t.id: t.agent for t in self.tools if t.agent is not None}
-        if not owner:
-            raise DataError(f"{type(self).__name__}: no indexed tool names an agent")
+        owner = self._owners()
         n = len(self.tools)
         tools = (self.retrieve(queries, n, batch_size) if steps is None
                  else self.retrieve_steps(steps, n, merge or "max", batch_size))
-        ids, scores = [], torch.full((len(queries), k), float("-inf"))
-        for q, (row, vals) in enumerate(zip(tools.ids, tools.scores.tolist())):
-            best = {t: v for t, v in zip(row, vals)}
-            agents = roll_up(row, owner)[:k]
-            firsts = {}
-            for t in row:
-                firsts.setdefault(owner.get(t), best[t])
-            ids.append(agents)
-            scores[q, : len(agents)] = torch.tensor([firsts[a] for a in agents])
-        return Ranking(ids, scores)
+        return _roll_up(tools, owner, k)
+
+    def retrieve_agents_and_tools(self, queries: Sequence[str], k: int) -> tuple[Ranking, Ranking]:
+        """The top-k agents and the whole tool ranking of the same queries, scored once (the server
+        lists each agent's best tools from it)."""
+        owner = self._owners()
+        tools = self.retrieve(queries, len(self.tools))
+        return _roll_up(tools, owner, k), tools
+
+    def _owners(self) -> dict[str, str]:
+        owner = {t.id: t.agent for t in self.tools if t.agent is not None}
+        if not owner:
+            raise DataError(f"{type(self).__name__}: no indexed tool names an agent")
+        return owner
 
     def add_tools(self, tools: Iterable[Tool]) -> None:
         new = list(tools)
@@ -197,3 +197,19 @@ def _config_from_dict(cls: type, values: dict) -> Any:
         return OmegaConf.to_object(OmegaConf.merge(base, values))
     except OmegaConfBaseException as e:
         raise ConfigError(f"saved retriever config does not fit {cls.__name__}: {e}") from None
+
+
+def _roll_up(tools: Ranking, owner: dict[str, str], k: int) -> Ranking:
+    """Tool ranking -> the top-k agents, in order of their best tool, scored by it."""
+    ids, scores = [], torch.full((len(tools.ids), k), float("-inf"))
+    for q, (row, values) in enumerate(zip(tools.ids, tools.scores.tolist())):
+        best: dict[str, float] = {}
+        for t, v in zip(row, values):
+            a = owner.get(t)
+            if a is not None and a not in best:
+                best[a] = v
+                if len(best) == k:
+                    break
+        ids.append(list(best))
+        scores[q, : len(best)] = torch.tensor(list(best.values()))
+    return Ranking(ids, scores)

@@ -16,8 +16,9 @@ from conftest import MCP_SERVERS, write_mcp_catalog
 
 from toolgraph.cli import main as cli
 from toolgraph.errors import ConfigError, DataError
+from toolgraph.inference import load as load_index
 from toolgraph.serving import LiveIndex
-from toolgraph.sync import load_index, recover, save_atomically, sync_index
+from toolgraph.sync import recover, save_atomically, sync_index
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -145,6 +146,24 @@ def test_sync_counts_and_cli(index, tmp_path, capsys):
     assert cli(["index", "sync", str(catalog), "--index", str(index)]) == 0
     assert json.loads(capsys.readouterr().out)["encoded"] == 0
     assert cli(["index", "sync", str(tmp_path / "missing.json"), "--index", str(index)]) == 2
+
+
+def test_sync_cli_creates_an_index_from_a_retriever_config(mcp_catalog, tiny_bert_dir, tmp_path, capsys):
+    import yaml
+
+    cfg = tmp_path / "t2a.yaml"
+    cfg.write_text(yaml.safe_dump({"retriever": spec(tiny_bert_dir)}))
+    assert cli(["index", "sync", str(mcp_catalog[0]), "--index", str(tmp_path / "new"),
+                "--retriever-config", str(cfg)]) == 0
+    counts = json.loads(capsys.readouterr().out)
+    assert counts["created"] and counts["encoded"] == 15
+    assert load_index(tmp_path / "new").name == "t2a"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("retriever:\n  name: t2a\n  scorer: [rrf\n")
+    assert cli(["index", "sync", str(mcp_catalog[0]), "--index", str(tmp_path / "other"),
+                "--retriever-config", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert f"{bad}:" in err and "invalid YAML" in err and not (tmp_path / "other").exists()
 
 
 def test_crash_while_saving_leaves_the_old_index(index, monkeypatch, tmp_path):

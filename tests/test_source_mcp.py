@@ -98,12 +98,25 @@ def test_numbered_items():
     ([{"name": "s", "tools": {"cfg": {"no": []}}}], r"server #0 \('s'\): tools\['cfg'\] needs a 'tools' list"),
     ([{"name": "s", "tools": [{"description": "nameless"}]}], r"tools\['tools'\]\[0\] needs a non-empty 'name'"),
     ([{"name": "s", "tools": []}, {"name": "s", "tools": []}], "server 's' appears twice"),
+    ([{"name": "s", "description": ["a", "list"], "tools": []}], "server 's': 'description' and 'category' must be"),
 ])
 def test_bad_servers_file(tmp_path, servers, match):
     s, t = write_mcp_catalog(tmp_path, servers, [])
     with pytest.raises(DataError, match=match) as e:
         load(s, t)
     assert str(s) in str(e.value)
+
+
+def test_bad_tools_list_response_names_the_file(tmp_path):
+    import json
+
+    from toolgraph.data.sources.mcp import read_catalog
+
+    bad = tmp_path / "weather.json"
+    bad.write_text(json.dumps({"tools": [{"name": "t"}], "server": {"category": 7}}))
+    with pytest.raises(DataError, match="server 'weather': 'description' and 'category' must be strings") as e:
+        read_catalog(tools_lists=tmp_path)
+    assert str(bad) in str(e.value)
 
 
 def test_bad_tasks_file(tmp_path):

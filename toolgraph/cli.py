@@ -211,11 +211,12 @@ def cmd_index(args: argparse.Namespace) -> int:
 
     spec = None
     if args.retriever_config:
-        path = Path(args.retriever_config)
-        if not path.is_file():
-            raise ToolgraphError(f"{path}: retriever config not found")
-        spec = yaml.safe_load(path.read_text())
-        spec = spec.get("retriever", spec) if isinstance(spec, dict) else spec
+        from omegaconf import OmegaConf
+
+        from toolgraph.config import load_yaml
+
+        spec = OmegaConf.to_container(load_yaml(args.retriever_config))
+        spec = spec.get("retriever", spec)
     counts = sync_index(args.catalog, args.index, spec)
     print(json.dumps(counts))
     return 0

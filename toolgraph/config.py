@@ -89,7 +89,8 @@ def parse_overrides(args: Sequence[str]) -> list[str]:
     return out
 
 
-def _load_yaml(path: str | Path) -> DictConfig:
+def load_yaml(path: str | Path) -> DictConfig:
+    """A YAML mapping file; errors name the file (and the line of a syntax error)."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: config file not found")
@@ -110,7 +111,7 @@ def load_config(schema: type, files: Sequence[str | Path | dict] = (), overrides
     """Merge ``files`` (YAML paths, or plain dicts) then ``overrides`` over ``schema``'s defaults;
     return the typed object."""
     sources: list[tuple[str, DictConfig]] = [
-        ("saved config", OmegaConf.create(f)) if isinstance(f, dict) else (str(f), _load_yaml(f)) for f in files]
+        ("saved config", OmegaConf.create(f)) if isinstance(f, dict) else (str(f), load_yaml(f)) for f in files]
     dotlist = parse_overrides(overrides)
     try:
         sources += [(f"override {item!r}", OmegaConf.from_dotlist([item])) for item in dotlist]

@@ -12,7 +12,7 @@ Atomic write: the new index is saved complete into a hidden sibling folder, then
 renames (old -> ``.NAME.old-PID``, new -> NAME), then the old one is deleted. A crash while saving
 leaves the live index untouched (the half-written sibling is ignored and cleaned up by the next
 sync); a crash between the two renames leaves the complete old index under ``.NAME.old-PID``, which
-:func:`recover` (called by every load and sync here) moves back.
+:func:`recover` (called by ``toolgraph.load`` and by every sync) moves back.
 """
 
 from __future__ import annotations
@@ -92,22 +92,16 @@ def save_atomically(retriever: Retriever, path: str | Path) -> Path:
     return path
 
 
-def load_index(path: str | Path) -> Retriever:
-    from toolgraph.inference import load
-
-    recover(path)
-    return load(path)
-
-
 def sync_index(catalog: str | Path, index: str | Path, retriever: Any = None) -> dict[str, Any]:
     """Bring ``index`` in line with ``catalog``; returns the counts (added/updated/removed/encoded)."""
+    from toolgraph.inference import load
     from toolgraph.retrieval.pipeline import resolve_retriever
 
     tools, agents = read_catalog_any(catalog)
     index = Path(index)
     recover(index)
     if (index / "retriever.json").is_file():
-        r = load_index(index)
+        r = load(index)
         created = False
     else:
         r = resolve_retriever(retriever if retriever is not None else {"name": "t2a"}, "retriever")

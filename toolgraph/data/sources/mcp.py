@@ -74,11 +74,14 @@ class CatalogBuilder:
         self.tools: dict[str, Tool] = {}
         self.skipped: Counter = Counter()
 
-    def add_server(self, name: str, description: str, category: str | None, tools: list[dict],
+    def add_server(self, name: str, description: Any, category: Any, tools: list[dict],
                    path: Path | None = None) -> None:
         if name in self.agents:
             raise DataError(f"server {name!r} appears twice", path)
-        self.agents[name] = Agent(name, name, description or "", category or None)
+        description = description or ""
+        if not isinstance(description, str) or (category is not None and not isinstance(category, str)):
+            raise DataError(f"server {name!r}: 'description' and 'category' must be strings", path)
+        self.agents[name] = Agent(name, name, description.strip(), category or None)
         for t in tools:
             tid = f"{name}::{t['name'].strip()}"
             if tid in self.tools:
@@ -104,10 +107,8 @@ def read_servers_file(path: Path, builder: CatalogBuilder) -> None:
         where = f"server #{i} ({name!r})"
         if "tools" not in s:
             raise DataError(f"{where}: missing 'tools'", path)
-        desc, cat = s.get("description") or "", s.get("category")
-        if not isinstance(desc, str) or (cat is not None and not isinstance(cat, str)):
-            raise DataError(f"{where}: 'description' and 'category' must be strings", path)
-        builder.add_server(name.strip(), desc.strip(), cat, _tool_objects(s["tools"], where, path), path)
+        builder.add_server(name.strip(), s.get("description"), s.get("category"),
+                           _tool_objects(s["tools"], where, path), path)
 
 
 def read_tools_list(path: Path, builder: CatalogBuilder, server: str | None = None) -> None:

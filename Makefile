@@ -31,19 +31,20 @@ demo: $(STAMP)
 	$(BIN)/python train.py --config configs/bi_encoder_toollens_quick.yaml out_dir=runs/demo/bi_encoder
 	$(BIN)/toolgraph report runs/demo/bm25 runs/demo/minilm runs/demo/bi_encoder
 
-test: $(STAMP)
-	$(BIN)/ruff check toolgraph tests benchmarks train.py evaluate.py
+# lint first: an upward import (import-linter contracts in pyproject.toml) or a ruff error fails the tests
+test: lint
 	$(BIN)/python -m pytest -m "not gpu" $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not gpu and not slow and not distributed" $(PYTEST_ARGS)
 
-# results tables on real data (minutes to hours; writes benchmarks/results/*.json and README table)
+# results tables on real data (minutes to hours; writes benchmarks/results/*.json and the tables in docs/)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/baselines.py
 	$(BIN)/python benchmarks/speed.py
 
 lint: $(STAMP)
+	$(BIN)/lint-imports
 	$(BIN)/ruff check toolgraph tests benchmarks train.py evaluate.py
 
 clean:

@@ -142,7 +142,7 @@ def test_sweep_parameters_are_config_keys_and_a_sample_builds(path):
 
 
 def test_adapter_options_are_free_form_but_checked_by_the_adapter(tmp_path, tiny_dataset_dir):
-    from toolgraph.evaluation import prepare_dataset
+    from toolgraph.data import prepare_dataset
 
     cfg = load_config(EvaluateConfig, overrides=["data.options.val_fraction=0.2", "data.options.corpus=colt"])
     assert cfg.data.options == {"val_fraction": 0.2, "corpus": "colt"}

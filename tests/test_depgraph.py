@@ -6,11 +6,11 @@ import pytest
 import torch
 
 from toolgraph.data import load_dataset
+from toolgraph.data.formats import read_edges
 from toolgraph.data.schema import Tool
 from toolgraph.depgraph import GraphConfig, build_graph, candidate_pairs, score_pairs, write_graph
 from toolgraph.errors import ConfigError, DataError
-from toolgraph.inference import load_task
-from toolgraph.retrieval.tgr import read_edges
+from toolgraph.retrieval.loading import load_task
 
 
 def _tools(n, **kw):

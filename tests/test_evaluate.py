@@ -9,7 +9,8 @@ import pytest
 
 from toolgraph.cli import main
 from toolgraph.config import EvaluateConfig, load_config
-from toolgraph.evaluation import evaluate, prepare_dataset
+from toolgraph.data import prepare_dataset
+from toolgraph.evaluation import evaluate
 from toolgraph.retrieval import build_retriever
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,16 +10,17 @@ from conftest import tiny_train_overrides
 
 from toolgraph.config import load_config
 from toolgraph.data import load_dataset
-from toolgraph.data.graph import NodeText, build_graph, without_queries_edges
+from toolgraph.data.graph import build_graph, without_queries_edges
 from toolgraph.errors import ConfigError
 from toolgraph.nn.gnn import EDGE_TYPES, INVOKES, build_gnn
 from toolgraph.retrieval.base import Retriever
+from toolgraph.retrieval.dense import NodeText, text_embedder
 from toolgraph.training import TrainConfig, train
 
 
 def _graph(data_dir, model_dir, **kw):
     ds = load_dataset(str(data_dir))
-    return ds, build_graph(ds, NodeText(encoder=str(model_dir), cache_dir=None), **kw)
+    return ds, build_graph(ds, text_embedder(NodeText(encoder=str(model_dir), cache_dir=None)), **kw)
 
 
 def test_graph_has_train_invokes_only_and_reverse_edges(tiny_dataset_dir, tiny_bert_dir):
@@ -148,7 +149,7 @@ def test_inductive_unseen_tools_have_no_invoke_edges(synthetic_dataset_dir, tiny
     from toolgraph.data.splits import inductive
 
     ds, unseen = inductive(load_dataset(str(synthetic_dataset_dir)), 0.3, seed=0)
-    g = build_graph(ds, NodeText(encoder=str(tiny_bert_dir), cache_dir=None))
+    g = build_graph(ds, text_embedder(NodeText(encoder=str(tiny_bert_dir), cache_dir=None)))
     invoked = {g.tools[t].id for t in g.data[INVOKES].edge_index[1].tolist()}
     assert unseen and not invoked & set(unseen)
     assert g.stats["tools_without_invocations"] == len(unseen)

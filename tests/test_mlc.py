@@ -83,7 +83,7 @@ def test_export_command_writes_the_checkpoints_retriever(trained, tmp_path, caps
 
 
 def test_resaved_and_in_memory_retrievers_carry_their_encoder(trained, tmp_path):
-    from toolgraph.inference import load_task
+    from toolgraph.retrieval.loading import load_task
 
     out, summary = trained
     q = ["please tell me the music"]
@@ -96,7 +96,7 @@ def test_resaved_and_in_memory_retrievers_carry_their_encoder(trained, tmp_path)
 
 
 def test_head_learns_at_its_own_rate(trained):
-    from toolgraph.inference import load_task
+    from toolgraph.retrieval.loading import load_task
 
     _, summary = trained
     task = load_task(summary["best_checkpoint"])

@@ -16,7 +16,7 @@ from conftest import MCP_SERVERS, write_mcp_catalog
 
 from toolgraph.cli import main as cli
 from toolgraph.errors import ConfigError, DataError
-from toolgraph.inference import load as load_index
+from toolgraph.retrieval.loading import load as load_index
 from toolgraph.serving import LiveIndex
 from toolgraph.sync import recover, save_atomically, sync_index
 

@@ -115,7 +115,7 @@ def test_evaluate_runs_tgr_from_config(dependency_dataset_dir, tiny_bert_dir, tm
 
 
 def test_edge_file_keeps_each_tools_most_probable_prerequisites(tmp_path):
-    from toolgraph.retrieval.tgr import read_edges
+    from toolgraph.data.formats import read_edges
 
     rows = [{"source": "a", "target": "x", "prob": 0.6}, {"source": "a", "target": "y", "prob": 0.9},
             {"source": "a", "target": "z", "prob": 0.7}, {"source": "b", "target": "x", "prob": 0.55},

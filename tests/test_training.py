@@ -156,8 +156,9 @@ def test_evaluate_with_checkpoint_uses_the_runs_data(trained, tmp_path, capsys):
 
 
 def test_hard_negatives_from_a_saved_retriever_exclude_gold(trained, synthetic_dataset_dir):
+    from toolgraph.config import TextDataConfig
     from toolgraph.data.formats import read_dataset
-    from toolgraph.data.text import TextDataConfig, ToolTextDataModule
+    from toolgraph.data.text import ToolTextDataModule
     from toolgraph.tasks.bi_encoder import mine_hard_negatives
 
     out, _, _ = trained

@@ -32,7 +32,7 @@ def _options(items: Sequence[str]) -> dict:
 
 
 def cmd_data(args: argparse.Namespace) -> int:
-    from toolgraph.data import load_dataset, sources  # noqa: F401
+    from toolgraph.data import load_dataset
     from toolgraph.data.formats import write_dataset
     from toolgraph.registry import DATASETS
 
@@ -87,14 +87,13 @@ def cmd_tdi(args: argparse.Namespace) -> int:
 def cmd_graph(args: argparse.Namespace) -> int:
     """toolgraph graph build --discriminator CKPT|RUN --data NAME --out DIR [key=value ...]."""
     from toolgraph.config import load_config
-    from toolgraph.data import load_dataset, sources  # noqa: F401
+    from toolgraph.data import load_dataset
     from toolgraph.depgraph import GraphConfig, build_graph, write_graph
-    from toolgraph.inference import load_task
-    from toolgraph.tasks.discriminator import resolve_checkpoint
+    from toolgraph.retrieval.loading import load_task, resolve_checkpoint
 
     cfg = load_config(GraphConfig, [], args.overrides)
     ds = load_dataset(args.data, args.root, **_options(args.option))
-    task = load_task(resolve_checkpoint(args.discriminator))
+    task = load_task(resolve_checkpoint(args.discriminator, "--discriminator"))
     edges, stats = build_graph(ds, task, cfg)
     if stats["rank"] != 0:  # under DDP every rank holds the gathered scores; one writes
         return 0
@@ -111,8 +110,10 @@ def cmd_graph(args: argparse.Namespace) -> int:
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from toolgraph.config import EvaluateConfig, load_config, to_yaml
-    from toolgraph.evaluation import evaluate, format_table, prepare_dataset, write_report
-    from toolgraph.retrieval import build_retriever
+    from toolgraph.data import prepare_dataset
+    from toolgraph.evaluation import evaluate, format_table, write_report
+    from toolgraph.retrieval.base import build_retriever
+    from toolgraph.retrieval.loading import load
 
     sources = list(args.config)
     if args.checkpoint and not sources:
@@ -124,9 +125,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         print(to_yaml(cfg))
     ds = prepare_dataset(cfg.data)
     if args.checkpoint:
-        import toolgraph
-
-        retriever = toolgraph.load(args.checkpoint)
+        retriever = load(args.checkpoint)
         name = f"{retriever.name} from {args.checkpoint}"
     else:
         retriever, name = build_retriever(cfg.retriever), cfg.retriever.name
@@ -185,9 +184,9 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_retrieve(args: argparse.Namespace) -> int:
-    import toolgraph
+    from toolgraph.retrieval.loading import load
 
-    retriever = toolgraph.load(args.checkpoint)
+    retriever = load(args.checkpoint)
     ranking = retriever.retrieve(args.queries, args.k)
     by_id = {t.id: t for t in retriever.tools}
     for query, ids, scores in zip(args.queries, ranking.ids, ranking.scores.tolist(), strict=True):
@@ -224,7 +223,7 @@ def cmd_index(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     """A checkpoint (e.g. one kept mid-run) -> the retriever folder train.py would have exported."""
-    from toolgraph.inference import load_task
+    from toolgraph.retrieval.loading import load_task
 
     task = load_task(args.checkpoint)
     retriever = task.export_retriever(args.out)

@@ -23,9 +23,8 @@ from typing import Any
 
 import torch
 
-from toolgraph.data.schema import Tool, ToolDataset
+from toolgraph.data.schema import Tool, ToolDataset, natural_key
 from toolgraph.data.tdi import LABEL_INDEX, Pair
-from toolgraph.retrieval.base import natural_key
 
 
 @dataclass
@@ -169,10 +168,10 @@ def discriminator_tool_text(task) -> str:
 def propose_links(tools: list[Tool], documents: dict[str, str], cfg: GraphConfig) -> list[list[int]]:
     """Each tool's top ``links_m`` prerequisites by the link retriever (itself excluded). Tools are
     indexed as their rendered document, the form the link retriever was trained on."""
-    import toolgraph
     from toolgraph.data.tdi import LINK_QUERY_PREFIX, document_tool
+    from toolgraph.retrieval.loading import load
 
-    retriever = toolgraph.load(cfg.links)
+    retriever = load(cfg.links)
     retriever.index([document_tool(t.id, documents[t.id]) for t in tools])
     order = {t.id: i for i, t in enumerate(tools)}
     ranking = retriever.retrieve([LINK_QUERY_PREFIX + documents[t.id] for t in tools], cfg.links_m + 1)

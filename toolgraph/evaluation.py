@@ -3,37 +3,17 @@
 from __future__ import annotations
 
 import json
-import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from toolgraph import metrics as M
-from toolgraph.config import DataConfig, EvalConfig, to_dict
-from toolgraph.data import load_dataset
+from toolgraph.config import EvalConfig, to_dict
 from toolgraph.data.schema import Query, ToolDataset
-from toolgraph.data.splits import inductive, inject_noise, transductive
 from toolgraph.errors import ConfigError
 from toolgraph.retrieval.base import Ranking, Retriever
 from toolgraph.retrieval.steps import sentences
-
-
-def prepare_dataset(cfg: DataConfig) -> ToolDataset:
-    """Load ``cfg.name`` and apply the protocol in ``cfg.setting``."""
-    ds = load_dataset(cfg.name, cfg.root, **cfg.options)
-    setting = cfg.setting
-    if setting == "standard":
-        return ds
-    if setting == "transductive":
-        return transductive(ds)
-    m = re.fullmatch(r"(inductive|noise)-(\d+)", setting)
-    if not m:
-        raise ConfigError(f"data.setting: {setting!r} is not standard, transductive, inductive-<pct> or noise-<pct>")
-    ratio = int(m.group(2)) / 100
-    if m.group(1) == "inductive":
-        return inductive(ds, ratio, cfg.seed)[0]
-    return inject_noise(ds, ratio, cfg.seed)
 
 
 @dataclass

@@ -27,6 +27,7 @@ from typing import Any
 
 from toolgraph.errors import ConfigError
 from toolgraph.retrieval.base import Retriever
+from toolgraph.retrieval.loading import load
 
 MAX_K = 100
 
@@ -39,8 +40,6 @@ class LiveIndex:
     encoder call for 8 queries costs far less than 8 calls. ``max_batch=1`` turns this off."""
 
     def __init__(self, path: str | Path, check_every: float = 1.0, max_batch: int = 32):
-        from toolgraph.inference import load
-
         if max_batch < 1:
             raise ConfigError(f"max_batch must be >= 1, got {max_batch}")
         self.path = Path(path)
@@ -68,8 +67,6 @@ class LiveIndex:
         return st.st_ino, st.st_mtime_ns
 
     def _maybe_reload(self) -> None:
-        from toolgraph.inference import load
-
         now = time.monotonic()
         if now - self._last_check < self.check_every:
             return

@@ -23,16 +23,19 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from toolgraph.data.formats import read_dataset
 from toolgraph.data.schema import Agent, Tool
+from toolgraph.data.sources.mcp import read_catalog
 from toolgraph.errors import ConfigError, DataError
 from toolgraph.retrieval.base import Retriever
+from toolgraph.retrieval.loading import load, recover
+from toolgraph.retrieval.pipeline import resolve_retriever
+
+__all__ = ["read_catalog_any", "recover", "save_atomically", "sync_index"]
 
 
 def read_catalog_any(path: str | Path) -> tuple[list[Tool], list[Agent]]:
     """Tools and agents from an MCP servers file, a tools/list folder, or a canonical dataset folder."""
-    from toolgraph.data.formats import read_dataset
-    from toolgraph.data.sources.mcp import read_catalog
-
     path = Path(path)
     if path.is_dir() and (path / "tools.jsonl").is_file():
         ds = read_dataset(path)
@@ -44,24 +47,6 @@ def read_catalog_any(path: str | Path) -> tuple[list[Tool], list[Agent]]:
     else:
         raise DataError("catalog not found", path)
     return list(builder.tools.values()), list(builder.agents.values())
-
-
-def _old_copies(path: Path) -> list[Path]:
-    return sorted(path.parent.glob(f".{path.name}.old-*"), key=lambda p: p.stat().st_mtime)
-
-
-def recover(path: str | Path) -> bool:
-    """Put back an index left aside by a crash between the two renames; True if one was restored."""
-    path = Path(path)
-    if path.exists():
-        for stale in _old_copies(path):  # the swap finished; only the delete was interrupted
-            shutil.rmtree(stale, ignore_errors=True)
-        return False
-    olds = _old_copies(path)
-    if not olds:
-        return False
-    os.rename(olds[-1], path)
-    return True
 
 
 def _fsync_tree(folder: Path) -> None:
@@ -94,9 +79,6 @@ def save_atomically(retriever: Retriever, path: str | Path) -> Path:
 
 def sync_index(catalog: str | Path, index: str | Path, retriever: Any = None) -> dict[str, Any]:
     """Bring ``index`` in line with ``catalog``; returns the counts (added/updated/removed/encoded)."""
-    from toolgraph.inference import load
-    from toolgraph.retrieval.pipeline import resolve_retriever
-
     tools, agents = read_catalog_any(catalog)
     index = Path(index)
     recover(index)

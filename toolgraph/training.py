@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,69 +19,11 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback, LearningRateMonitor, ModelCheckpoint
 
-from toolgraph.config import EvalConfig, load_config, to_dict, to_yaml
-from toolgraph.data.text import TextDataConfig
+from toolgraph.config import TrainConfig, config_from_dict, to_dict, to_yaml
 from toolgraph.errors import ConfigError
-from toolgraph.tasks.base import OptimConfig
+from toolgraph.registry import TASKS
 
-
-@dataclass
-class TrainerConfig:
-    accelerator: str = "auto"  # auto | cpu | gpu
-    devices: Any = "auto"  # int, list or "auto"
-    num_nodes: int = 1
-    strategy: str = "auto"  # auto | ddp | ddp_spawn | fsdp | deepspeed...
-    precision: str = "32-true"  # 32-true | bf16-mixed | 16-mixed
-    max_epochs: int = 1
-    max_steps: int = -1
-    accumulate_grad_batches: int = 1
-    gradient_clip_val: float | None = 1.0
-    val_check_interval: Any = 1.0  # float (share of an epoch) or int (batches)
-    check_val_every_n_epoch: int | None = 1
-    limit_train_batches: Any = None
-    limit_val_batches: Any = None
-    log_every_n_steps: int = 10
-    deterministic: bool = False
-    enable_progress_bar: bool = True
-    num_sanity_val_steps: int = 0
-
-
-@dataclass
-class LoggerConfig:
-    wandb: bool = True  # mode from the environment (WANDB_MODE=offline|disabled); never logs in
-    csv: bool = True
-    project: str = "toolgraph"
-    run_name: str | None = None
-    tags: list[str] = field(default_factory=list)
-
-
-@dataclass
-class CheckpointConfig:
-    monitor: str = "val/recall@5"
-    mode: str = "max"
-    save_top_k: int = 1
-    every_n_train_steps: int | None = None  # also save last.ckpt every N steps (mid-epoch resume)
-
-
-@dataclass
-class TrainConfig:
-    model: Any = None  # schema chosen by model.name (the task registry)
-    data: TextDataConfig = field(default_factory=TextDataConfig)
-    optim: OptimConfig = field(default_factory=OptimConfig)
-    trainer: TrainerConfig = field(default_factory=TrainerConfig)
-    logger: LoggerConfig = field(default_factory=LoggerConfig)
-    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
-    eval: EvalConfig = field(default_factory=EvalConfig)
-    seed: int = 0
-    out_dir: str = "runs/default"
-    resume: str | None = None  # "auto" (out_dir/checkpoints/last.ckpt if present) or a path
-    test: bool = True
-    export: bool = True
-
-
-def config_from_dict(values: dict[str, Any]) -> TrainConfig:
-    """Typed TrainConfig from a plain dict (checkpoint hyperparameters), validated by the schema."""
-    return load_config(TrainConfig, [values])
+__all__ = ["TrainConfig", "build_trainer", "config_from_dict", "resolve_resume", "train"]
 
 
 class ThreadsPerRank(Callback):
@@ -107,8 +48,6 @@ def build_loggers(cfg: TrainConfig, out: Path) -> list:
 
 
 def build_trainer(cfg: TrainConfig, out: Path) -> L.Trainer:
-    from toolgraph.registry import TASKS
-
     t = cfg.trainer
     logged = TASKS.get(cfg.model.name).monitorable(cfg)
     if cfg.checkpoint.monitor not in logged:
@@ -150,9 +89,6 @@ def resolve_resume(cfg: TrainConfig, out: Path) -> str | None:
 
 
 def train(cfg: TrainConfig) -> dict[str, Any]:
-    from toolgraph.registry import TASKS
-    from toolgraph.tasks import bi_encoder  # noqa: F401  (register tasks)
-
     start = time.perf_counter()
     out = Path(cfg.out_dir)
     L.seed_everything(cfg.seed, workers=True)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from toolgraph.data.schema import SPLITS, Agent, Dependency, Query, Tool, ToolDataset
-from toolgraph.errors import DataError
+from toolgraph.errors import ConfigError, DataError
 
 _TOOL_FIELDS = {"id": str, "name": str, "description": str}
 _TOOL_OPTIONAL = {"agent", "category", "parameters", "returns"}
@@ -214,3 +214,34 @@ def write_dataset(ds: ToolDataset, folder: str | Path) -> Path:
 
 def _drop_none(d: dict) -> dict:
     return {k: v for k, v in d.items() if v is not None}
+
+
+def read_edges(path: str | Path, threshold: float = 0.5, max_per_source: int | None = None) -> list[tuple[str, str]]:
+    """(source, target) of a dependency edge file (``toolgraph graph build`` writes it: one
+    ``{"source", "target", "prob"?}`` per line; a folder means its edges.jsonl) with prob >= threshold;
+    ``max_per_source``: only each source's most probable targets (ties: file order)."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "edges.jsonl"
+    if not p.is_file():
+        raise ConfigError(f"retriever.graph: {str(path)!r} is neither 'gold' nor an edges.jsonl (toolgraph graph build)")
+    kept = []
+    for lineno, row in iter_jsonl(p):
+        if not isinstance(row, dict) or not isinstance(row.get("source"), str) or not isinstance(row.get("target"), str):
+            raise DataError("expected {\"source\": str, \"target\": str, \"prob\"?: number}", p, lineno)
+        prob = float(row.get("prob", 1.0))
+        if prob >= threshold:
+            kept.append((row["source"], row["target"], prob))
+    if max_per_source is not None:
+        if max_per_source < 1:
+            raise ConfigError(f"retriever.max_prerequisites must be >= 1 or null, got {max_per_source}")
+        ranked = sorted(range(len(kept)), key=lambda i: -kept[i][2])  # stable: file order among ties
+        count: dict[str, int] = {}
+        chosen = set()
+        for i in ranked:
+            source = kept[i][0]
+            if count.get(source, 0) < max_per_source:
+                count[source] = count.get(source, 0) + 1
+                chosen.add(i)
+        kept = [e for i, e in enumerate(kept) if i in chosen]
+    return [(s, t) for s, t, _ in kept]

@@ -9,40 +9,41 @@ queries are isolated nodes scored from their text alone), every tool, every agen
   or a TGR ``edges.jsonl`` (``toolgraph graph build``);
 * tool –belongs_to→ agent (+ reverse) from each tool's owner.
 
-Node features are text embeddings from a frozen encoder, read through the embedding cache (a
-second run encodes nothing). Training is full-batch: every step runs the GNN over the whole graph
+Node features are text embeddings from a frozen encoder that the caller passes in (a
+``retrieval.dense.text_embedder``, read through the embedding cache: a second run encodes nothing).
+Training is full-batch: every step runs the GNN over the whole graph
 and scores a batch of training queries against every tool.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import lightning as L
 import torch
 from torch.utils.data import DataLoader, Sampler
 from torch_geometric.data import HeteroData
 
-from toolgraph.data.schema import Tool, ToolDataset
+from toolgraph.data.formats import read_edges
+from toolgraph.data.schema import Tool, ToolDataset, natural_key
 from toolgraph.data.text import ContrastiveBatchSampler, ResumableDataModule, _Identity, pad_gold
 from toolgraph.errors import ConfigError
 from toolgraph.nn.gnn import EDGE_TYPES, INVOKES
-from toolgraph.retrieval.base import natural_key
 
 EDGE_KINDS = ("invokes", "depends_on", "belongs_to")
 
 
-@dataclass
-class NodeText:
-    """How node features are made: a frozen text encoder, read through the embedding cache."""
+class TextEmbedder(Protocol):
+    """What the graph builder needs to make node features (``retrieval.dense.text_embedder`` gives one)."""
 
-    encoder: str = "all-MiniLM-L6-v2"
-    tool_text: str = "default"
-    max_tool_length: int = 128
-    max_query_length: int = 128
-    cache_dir: str | None = ".cache/embeddings"
+    def embed(self, texts: list[str], what: str = "encoding", max_length: int | None = None) -> torch.Tensor:
+        """texts -> [len, D]"""
+
+    def documents(self, tools: Sequence[Tool] | None = None) -> list[str]:
+        """the text of each tool"""
 
 
 @dataclass
@@ -67,37 +68,21 @@ class ToolGraph:
         return {e: self.data[e].edge_index for e in self.data.edge_types}
 
 
-def text_embedder(cfg: NodeText, progress: bool = False):
-    """A DenseRetriever used only for its cached ``embed`` (texts -> [n, D])."""
-    from toolgraph.retrieval.dense import DenseConfig, DenseRetriever
-
-    return DenseRetriever(DenseConfig(model=cfg.encoder, tool_text=cfg.tool_text, max_length=cfg.max_tool_length,
-                                      query_max_length=cfg.max_query_length, cache_dir=cfg.cache_dir,
-                                      progress=progress))
-
-
-def text_embedder_for(cfg: Any):
-    """The embedder of a retriever config with encoder / tool_text / max_*_length / cache_dir."""
-    return text_embedder(NodeText(cfg.encoder, cfg.tool_text, cfg.max_tool_length, cfg.max_query_length, cfg.cache_dir))
-
-
 def read_dependency_edges(ds: ToolDataset, source: str, threshold: float = 0.5) -> list[tuple[str, str]]:
     """(dependent, prerequisite) pairs: the dataset's own (``gold``) or an edges.jsonl / graph folder."""
     if source == "gold":
         return [(d.source, d.target) for d in ds.dependencies]
-    from toolgraph.retrieval.tgr import read_edges
-
     known = {t.id for t in ds.tools}
     return [(a, b) for a, b in read_edges(source, threshold) if a in known and b in known]
 
 
-def build_graph(ds: ToolDataset, node_text: NodeText, edges: tuple[str, ...] | list[str] = EDGE_KINDS,
-                dependencies: str = "gold", dependency_threshold: float = 0.5, embedder: Any = None,
-                progress: bool = False) -> ToolGraph:
+def build_graph(ds: ToolDataset, embedder: TextEmbedder, edges: Sequence[str] = EDGE_KINDS,
+                dependencies: str = "gold", dependency_threshold: float = 0.5,
+                query_max_length: int | None = None) -> ToolGraph:
+    """The graph of ``ds``; node features from ``embedder`` (queries truncated at ``query_max_length``)."""
     unknown = set(edges) - set(EDGE_KINDS)
     if unknown:
         raise ConfigError(f"model.edges: unknown edge kinds {sorted(unknown)}; expected some of {EDGE_KINDS}")
-    embedder = embedder or text_embedder(node_text, progress)
     tools = sorted(ds.tools, key=lambda t: natural_key(t.id))
     tool_index = {t.id: i for i, t in enumerate(tools)}
     queries = list(ds.queries)
@@ -106,7 +91,7 @@ def build_graph(ds: ToolDataset, node_text: NodeText, edges: tuple[str, ...] | l
     agent_text = {a.id: f"{a.name}: {a.description}".strip(": ") for a in ds.agents}
 
     data = HeteroData()
-    data["query"].x = embedder.embed([q.text for q in queries], "encoding queries", node_text.max_query_length)
+    data["query"].x = embedder.embed([q.text for q in queries], "encoding queries", query_max_length)
     data["tool"].x = embedder.embed(embedder.documents(tools), "encoding tools")
     dim = data["tool"].x.shape[1]
     data["agent"].x = embedder.embed([agent_text.get(a, a) for a in agents], "encoding agents") if agents \

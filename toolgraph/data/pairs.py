@@ -14,8 +14,9 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Sampler
 
+from toolgraph.config import TextDataConfig
 from toolgraph.data.tdi import LABEL_INDEX, Pair, TDISet
-from toolgraph.data.text import ResumableDataModule, ShuffledBatchSampler, TextDataConfig
+from toolgraph.data.text import ResumableDataModule, ShuffledBatchSampler
 from toolgraph.errors import ConfigError
 
 

@@ -1,6 +1,6 @@
 """Training data for rerankers: each query with N first-stage candidates.
 
-Protocol (README, "Rerankers"): the first stage ranks every training query over the whole
+Protocol (docs/usage-and-rerank.md): the first stage ranks every training query over the whole
 catalog; its top N are the candidates. During training, gold tools missing from the top N replace
 the lowest-ranked non-gold candidates (so every query has positives to learn from), then the N
 candidates are shuffled (so the reranker cannot learn the first stage's order). At val/test and

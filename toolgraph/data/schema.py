@@ -17,6 +17,12 @@ from toolgraph.errors import DataError
 SPLITS = ("train", "val", "test")
 
 
+def natural_key(s: str) -> tuple:
+    """Sort key for ids in natural order ("2" < "10"): tools are kept in this order everywhere, so
+    ties in score are broken by tool id the same way in training, evaluation and serving."""
+    return (0, int(s), "") if s.isdigit() else (1, 0, s)
+
+
 @dataclass(frozen=True)
 class Tool:
     id: str

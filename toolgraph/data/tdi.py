@@ -33,7 +33,10 @@ from pathlib import Path
 from typing import Any
 
 from toolgraph.data.formats import iter_jsonl
+from toolgraph.data.loading import load_dataset
+from toolgraph.data.schema import Query, Tool, ToolDataset
 from toolgraph.errors import ConfigError, DataError
+from toolgraph.registry import DATASETS
 
 LABELS = ("a_needs_b", "none", "b_needs_a")
 LABEL_INDEX = {name: i for i, name in enumerate(LABELS)}
@@ -109,8 +112,6 @@ def _check_source(i: int, spec: Any) -> dict[str, Any]:
 
 
 def build_tdi(cfg: TDIConfig, root: str | Path | None = None) -> TDISet:
-    from toolgraph.data import load_dataset
-
     if not 0 <= cfg.test_fraction < 1 or not 0 <= cfg.val_fraction < 1:
         raise ConfigError("tdi: test_fraction and val_fraction must be in [0, 1)")
     rng = random.Random(cfg.seed)
@@ -345,23 +346,19 @@ def read_tdi(folder: str | Path) -> TDISet:
 LINK_QUERY_PREFIX = "needs: "  # query = a dependent tool's document; gold = its prerequisites
 
 
-def document_tool(tool_id: str, document: str):
+def document_tool(tool_id: str, document: str) -> Tool:
     """A Tool whose rendered document is exactly ``document`` (``name: rest``): the form the link
     retriever is trained and queried on, whatever the source's own fields were."""
-    from toolgraph.data.schema import Tool
-
     head, _, rest = document.partition(": ")
     return Tool(id=tool_id, name=head, description=rest)
 
 
-def links_dataset(tdi: TDISet, name: str = "tdi-links"):
+def links_dataset(tdi: TDISet, name: str = "tdi-links") -> ToolDataset:
     """A ToolDataset whose queries are dependent tools (``needs: <document>``) and whose gold tools
     are their prerequisites: train from the finetune set, val and test from theirs (test tools
     appear in no training edge). A bi-encoder trained on it proposes candidate pairs for graph
     construction (``toolgraph.depgraph``), where plain embedding similarity misses most
     dependencies (a prerequisite rarely reads like the tool that needs it)."""
-    from toolgraph.data.schema import Query, ToolDataset
-
     tools = [document_tool(tid, doc) for tid, doc in sorted(tdi.documents.items())]
     queries = []
     for set_name, split in (("finetune", "train"), ("val", "val"), ("test", "test")):
@@ -375,3 +372,14 @@ def links_dataset(tdi: TDISet, name: str = "tdi-links"):
             queries.append(Query(id=f"{split}:{tool}", text=LINK_QUERY_PREFIX + tdi.documents[tool],
                                  tools=tuple(dict.fromkeys(prereqs)), split=split))
     return ToolDataset(name, tools, queries, notes={"tdi": tdi.config})
+
+
+@DATASETS.register("tdi-links")
+def load_tdi_links(root: Path, **options: Any) -> ToolDataset:
+    """``tdi-links``: the TDI dependency edges as a retrieval dataset (queries: dependent tools; gold
+    tools: their prerequisites), built from the real sources in place. Options are TDIConfig keys."""
+    unknown = sorted(set(options) - set(TDIConfig.__dataclass_fields__))
+    if unknown:
+        raise ConfigError(f"data.options: unknown option(s) {unknown} for dataset 'tdi-links'; "
+                          f"it takes {sorted(TDIConfig.__dataclass_fields__)}")
+    return links_dataset(build_tdi(TDIConfig(**options), root))

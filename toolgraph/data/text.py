@@ -11,29 +11,14 @@ from __future__ import annotations
 import random
 from abc import abstractmethod
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import lightning as L
 import torch
 from torch.utils.data import DataLoader, Sampler
 
-from toolgraph.config import DataConfig
-from toolgraph.data.schema import Tool, ToolDataset
-from toolgraph.retrieval.base import natural_key
-
-
-@dataclass
-class TextDataConfig(DataConfig):
-    batch_size: int = 32  # queries per batch per device
-    eval_batch_size: int = 128
-    max_query_length: int = 64  # training truncation (speed)
-    max_tool_length: int = 128
-    eval_max_query_length: int = 128  # val/test and the exported retriever: long queries kept whole
-    num_workers: int = 0
-    val_split: str = "val"  # the split validated on during fit
-    test_split: str = "test"
-    options: dict[str, Any] = field(default_factory=dict)
+from toolgraph.config import TextDataConfig
+from toolgraph.data.schema import Tool, ToolDataset, natural_key
 
 
 class ContrastiveBatchSampler(Sampler[list[tuple[int, int, int]]]):

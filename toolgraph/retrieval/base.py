@@ -19,18 +19,21 @@ from typing import Any, ClassVar
 
 import torch
 
-from toolgraph.config import to_dict
+from toolgraph.config import ToolText, from_dict, to_dict
 from toolgraph.data.formats import iter_jsonl
-from toolgraph.data.schema import Tool, ToolDataset
-from toolgraph.errors import DataError
+from toolgraph.data.schema import Tool, ToolDataset, natural_key
+from toolgraph.errors import ConfigError, DataError
 from toolgraph.registry import RETRIEVERS
+from toolgraph.retrieval.steps import merged_scores
 from toolgraph.retrieval.topk import topk
+
+__all__ = ["Ranking", "Retriever", "RetrieverConfig", "build_retriever", "config_for", "natural_key"]
 
 
 @dataclass
 class RetrieverConfig:
     name: str = ""
-    tool_text: str = "default"  # default | name_desc | toolbench  (see data.schema.render_tool)
+    tool_text: ToolText = "default"  # see data.schema.render_tool
 
 
 @dataclass
@@ -45,8 +48,17 @@ class Ranking:
         return len(self.ids)
 
 
-def natural_key(s: str) -> tuple:
-    return (0, int(s), "") if s.isdigit() else (1, 0, s)
+def build_retriever(config: Any) -> Retriever:
+    """A retriever from its typed config (``config.name`` picks the class)."""
+    return RETRIEVERS.get(config.name)(config)
+
+
+def config_for(cls: type, values: dict, where: str = "saved retriever config") -> Any:
+    """``cls``'s typed config from a plain dict (retriever.json, an inline spec), checked by its schema."""
+    try:
+        return from_dict(cls.Config(name=cls.name), values, where)
+    except ConfigError as e:
+        raise ConfigError(f"{where} does not fit {cls.__name__}: {e}") from None
 
 
 class Retriever(ABC):
@@ -86,8 +98,6 @@ class Retriever(ABC):
                        batch_size: int = 256) -> Ranking:
         """Step-wise querying: each task's steps are scored separately and merged into one ranking
         by ``merge`` (max | interleave | rrf; see retrieval/steps.py)."""
-        from toolgraph.retrieval.steps import merged_scores
-
         if not self.tools:
             raise RuntimeError(f"{type(self).__name__}: index(tools) before retrieve_steps()")
         ids: list[list[str]] = []
@@ -150,15 +160,13 @@ class Retriever(ABC):
     @staticmethod
     def load(folder: str | Path) -> Retriever:
         """Rebuild any saved retriever from its folder alone (it describes itself)."""
-        from toolgraph.retrieval import build_retriever  # noqa: F401  (registers all retrievers)
-
         folder = Path(folder)
         meta_path = folder / "retriever.json"
         if not meta_path.is_file():
             raise DataError("not a saved retriever (retriever.json missing)", folder)
         meta = json.loads(meta_path.read_text())
         cls = RETRIEVERS.get(meta["retriever"])
-        config = _config_from_dict(cls, meta["config"])
+        config = config_for(cls, meta["config"], f"{meta_path}: config")
         r = cls(config)
         r.tools = [Tool(**obj) for _, obj in iter_jsonl(folder / "tools.jsonl")]
         r._load_state(folder)
@@ -183,20 +191,6 @@ class Retriever(ABC):
 
     def documents(self, tools: Sequence[Tool] | None = None) -> list[str]:
         return [t.document(self.config.tool_text) for t in (self.tools if tools is None else tools)]
-
-
-def _config_from_dict(cls: type, values: dict) -> Any:
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
-    from toolgraph.errors import ConfigError
-
-    base = OmegaConf.structured(cls.Config(name=cls.name))
-    OmegaConf.set_struct(base, True)
-    try:
-        return OmegaConf.to_object(OmegaConf.merge(base, values))
-    except OmegaConfBaseException as e:
-        raise ConfigError(f"saved retriever config does not fit {cls.__name__}: {e}") from None
 
 
 def _roll_up(tools: Ranking, owner: dict[str, str], k: int) -> Ranking:

@@ -11,10 +11,12 @@ from __future__ import annotations
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Literal
 
 import torch
 from safetensors.torch import load_file, save_file
 
+from toolgraph.config import ToolText
 from toolgraph.nn.encoder import _MINILM as _NAMED
 from toolgraph.nn.encoder import TextEncoder, load_backbone
 from toolgraph.registry import RETRIEVERS
@@ -27,16 +29,16 @@ from toolgraph.retrieval.encode import encode_texts
 class DenseConfig(RetrieverConfig):
     name: str = "dense"
     model: str = "all-MiniLM-L6-v2"  # HF id or local folder
-    pooling: str = "mean"  # mean | cls
+    pooling: Literal["mean", "cls"] = "mean"
     normalize: bool = True
     max_length: int = 256  # tokens per tool document
     query_max_length: int | None = None  # tokens per query (None: max_length)
     batch_size: int = 64
     query_prefix: str = ""  # e.g. "query: " for E5-style models
     doc_prefix: str = ""
-    index: str = "exact"  # exact | faiss (IndexFlatIP) | faiss-hnsw (approximate)
+    index: Literal["exact", "faiss", "faiss-hnsw"] = "exact"  # faiss: IndexFlatIP; faiss-hnsw: approximate
     cache_dir: str | None = ".cache/embeddings"  # null: in-memory only
-    device: str = "auto"  # auto | cpu | cuda
+    device: Literal["auto", "cpu", "cuda"] = "auto"
     progress: bool = True
 
 
@@ -47,8 +49,6 @@ class DenseRetriever(Retriever):
 
     def __init__(self, config: DenseConfig | None = None, encoder: TextEncoder | None = None, tokenizer=None):
         super().__init__(config)
-        if self.config.index not in ("exact", "faiss", "faiss-hnsw"):
-            raise ValueError(f"retriever.index must be exact, faiss or faiss-hnsw, got {self.config.index!r}")
         self._encoder, self._tokenizer = encoder, tokenizer
         self._cache: EmbeddingCache | None = None
         self._base_dir: Path | None = None  # a saved folder: relative model paths resolve against it
@@ -143,7 +143,7 @@ class DenseRetriever(Retriever):
         if self._base_dir is not None and (self._base_dir / model).is_dir():
             shutil.copytree(self._base_dir / model, target)
         elif self._encoder is not None and "/" not in model and not Path(model).is_dir() and model not in _NAMED:
-            from toolgraph.export import export_sentence_transformer
+            from toolgraph.nn.export import export_sentence_transformer
 
             export_sentence_transformer(self._encoder, self._tokenizer, target, self.config.max_length)
 
@@ -155,3 +155,27 @@ class DenseRetriever(Retriever):
             self._build_faiss()
         else:
             self._build()
+
+
+@dataclass
+class NodeText:
+    """How graph node features are made: a frozen text encoder, read through the embedding cache."""
+
+    encoder: str = "all-MiniLM-L6-v2"
+    tool_text: ToolText = "default"
+    max_tool_length: int = 128
+    max_query_length: int = 128
+    cache_dir: str | None = ".cache/embeddings"
+
+
+def text_embedder(cfg: NodeText, progress: bool = False) -> DenseRetriever:
+    """A DenseRetriever used only for its cached ``embed`` (texts -> [n, D]): the text side of the
+    graph retrievers and of ``data.graph.build_graph``."""
+    return DenseRetriever(DenseConfig(model=cfg.encoder, tool_text=cfg.tool_text, max_length=cfg.max_tool_length,
+                                      query_max_length=cfg.max_query_length, cache_dir=cfg.cache_dir,
+                                      progress=progress))
+
+
+def text_embedder_for(cfg: Any) -> DenseRetriever:
+    """The embedder of a retriever config with encoder / tool_text / max_*_length / cache_dir."""
+    return text_embedder(NodeText(cfg.encoder, cfg.tool_text, cfg.max_tool_length, cfg.max_query_length, cfg.cache_dir))

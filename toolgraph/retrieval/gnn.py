@@ -10,19 +10,23 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Literal
 
 import torch
 from safetensors.torch import load_file, save_file
 
-from toolgraph.nn.gnn import GraphEncoder, build_gnn
 from toolgraph.registry import RETRIEVERS
 from toolgraph.retrieval.base import Retriever, RetrieverConfig
+from toolgraph.retrieval.dense import text_embedder_for
+
+if TYPE_CHECKING:
+    from toolgraph.nn.gnn import GraphEncoder
 
 
 @dataclass
 class GNNConfig(RetrieverConfig):
     name: str = "gnn"
-    gnn: str = "lightgcn"  # lightgcn | gat | sage
+    gnn: Literal["lightgcn", "gat", "sage"] = "lightgcn"
     dim: int = 384  # text feature size
     layers: int = 2
     hidden: int = 384
@@ -42,7 +46,11 @@ class GNNRetriever(Retriever):
                  graph_tools: dict[str, torch.Tensor] | None = None):
         super().__init__(config)
         c = self.config
-        self.gnn = gnn if gnn is not None else build_gnn(c.gnn, c.dim, c.layers, c.hidden, c.heads)
+        if gnn is None:
+            from toolgraph.nn.gnn import build_gnn  # PyG is imported only when a GNN is built
+
+            gnn = build_gnn(c.gnn, c.dim, c.layers, c.hidden, c.heads)
+        self.gnn = gnn
         self.gnn.eval()
         self.graph_tools = graph_tools or {}  # tool id -> embedding from the training graph
         self._embedder = None
@@ -51,8 +59,6 @@ class GNNRetriever(Retriever):
     @property
     def embedder(self):
         if self._embedder is None:
-            from toolgraph.data.graph import text_embedder_for
-
             self._embedder = text_embedder_for(self.config)
         return self._embedder
 

@@ -52,6 +52,7 @@ from toolgraph.data.schema import Tool, ToolDataset
 from toolgraph.errors import ConfigError, DataError
 from toolgraph.registry import RETRIEVERS
 from toolgraph.retrieval.base import Retriever, RetrieverConfig
+from toolgraph.retrieval.dense import text_embedder_for
 
 
 @dataclass
@@ -104,8 +105,6 @@ class LoSemBRetriever(Retriever):
     @property
     def embedder(self):
         if self._embedder is None:
-            from toolgraph.data.graph import text_embedder_for
-
             self._embedder = text_embedder_for(self.config)
         return self._embedder
 
@@ -114,7 +113,7 @@ class LoSemBRetriever(Retriever):
 
     # ---- logical features from the training graph (eq. 3-6) ------------------------------------
     def fit(self, dataset: ToolDataset) -> None:
-        from toolgraph.data.graph import NodeText, build_graph
+        from toolgraph.data.graph import build_graph  # PyG, only when a graph is built
         from toolgraph.nn.gnn import build_gnn
 
         c = self.config
@@ -122,8 +121,7 @@ class LoSemBRetriever(Retriever):
         if not train:
             raise DataError(f"losemb: {dataset.name!r} has no train queries to learn logical features from")
         ds = ToolDataset(dataset.name, dataset.tools, train, dataset.agents, dataset.dependencies)
-        node_text = NodeText(c.encoder, c.tool_text, c.max_tool_length, c.max_query_length, c.cache_dir)
-        graph = build_graph(ds, node_text, c.edges, c.dependencies, embedder=self.embedder)
+        graph = build_graph(ds, self.embedder, c.edges, c.dependencies, query_max_length=c.max_query_length)
         gnn = self._trained_lightgcn() or build_gnn("lightgcn", graph.data["tool"].x.shape[1], c.layers)
         x = {t: F.normalize(v, dim=-1) if v.numel() else v for t, v in graph.x_dict().items()}
         with torch.no_grad():

@@ -21,15 +21,14 @@ import torch
 from toolgraph.data.schema import ToolDataset
 from toolgraph.errors import ConfigError
 from toolgraph.registry import RETRIEVERS
-from toolgraph.retrieval.base import Retriever, RetrieverConfig, _config_from_dict
+from toolgraph.retrieval.base import Retriever, RetrieverConfig, config_for
+from toolgraph.retrieval.loading import load
 
 BELOW = -1.0e6  # scores of tools ranked after the reranked candidates
 
 
 def resolve_retriever(spec: Any, where: str, base: Path | None = None) -> Retriever:
     """A Retriever from a path (saved retriever, run folder, .ckpt), a registry name, or a config dict."""
-    from toolgraph.inference import load
-
     if isinstance(spec, Retriever):
         return spec
     if isinstance(spec, str):
@@ -47,10 +46,7 @@ def resolve_retriever(spec: Any, where: str, base: Path | None = None) -> Retrie
         if name not in RETRIEVERS:
             raise ConfigError(f"{where}.name: {name!r} is not a retriever ({', '.join(RETRIEVERS.names())})")
         cls = RETRIEVERS.get(name)
-        try:
-            return cls(_config_from_dict(cls, spec))
-        except ConfigError as e:
-            raise ConfigError(f"{where}: {e}") from None
+        return cls(config_for(cls, spec, where))
     raise ConfigError(f"{where}: expected a path or a retriever config, got {type(spec).__name__}")
 
 

@@ -14,7 +14,7 @@ are merged into one row by a rule:
   steps need different tools wants; kept for comparison.
 
 The default was picked on StableToolBench G1 (agent R@1 / R@5 with T2A: max 0.757 / 0.911,
-interleave 0.561 / 0.905, rrf 0.622 / 0.857) and holds on the other ToolBench sets (README).
+interleave 0.561 / 0.905, rrf 0.622 / 0.857) and holds on the other ToolBench sets (docs/agents-and-serving.md).
 
 Steps come from the data (``Query.steps``, e.g. MCP tasks' annotated steps) or, where a benchmark
 has none, from splitting the request into sentences (:func:`sentences`).

@@ -6,7 +6,8 @@ A task overrides a few hooks:
     score(batch) -> [B, N]               scores of each query in the batch over all N tools
     param_groups() (optional)            parameter groups for AdamW
     make_datamodule(dataset, cfg)        how the task wants its data served
-    export_retriever(folder, tools)      the inference-side Retriever this task becomes
+    as_retriever(tools)                  the inference-side Retriever this task becomes
+    exported_encoder() (optional)        a text encoder saved beside it as a sentence-transformers folder
 
 Validation is full-corpus retrieval over the val split, scored with the Foundation metrics and
 logged as ``val/recall@5`` etc.; the checkpoint carries the resolved config (it describes itself).
@@ -17,7 +18,6 @@ from __future__ import annotations
 import math
 import random
 from abc import abstractmethod
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,24 +25,17 @@ import lightning as L
 import numpy as np
 import torch
 
+from toolgraph.config import OptimConfig, TaskConfig, TrainConfig, config_from_dict
+from toolgraph.data import prepare_dataset
+from toolgraph.errors import ConfigError
+from toolgraph.evaluation import evaluate, write_report
 from toolgraph.metrics import RetrievalMetrics
+from toolgraph.nn.encoder import TextEncoder
+from toolgraph.nn.export import export_sentence_transformer
+from toolgraph.retrieval.base import Retriever
 from toolgraph.retrieval.topk import topk
 
-
-@dataclass
-class TaskConfig:
-    name: str = ""
-
-
-@dataclass
-class OptimConfig:
-    lr: float = 2e-5
-    weight_decay: float = 0.01
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
-    eps: float = 1e-8
-    warmup_steps: int | None = None  # overrides warmup_ratio when set
-    warmup_ratio: float = 0.1
-    schedule: str = "linear"  # linear | cosine | constant (after warmup)
+__all__ = ["OptimConfig", "RetrievalTask", "Task", "TaskConfig", "lr_lambda"]
 
 
 def lr_lambda(step: int, total: int, warmup: int, schedule: str) -> float:
@@ -56,7 +49,7 @@ def lr_lambda(step: int, total: int, warmup: int, schedule: str) -> float:
         return max(0.0, 1.0 - progress)
     if schedule == "cosine":
         return 0.5 * (1.0 + math.cos(math.pi * progress))
-    raise ValueError(f"optim.schedule must be linear, cosine or constant, got {schedule!r}")
+    raise ConfigError(f"optim.schedule must be linear, cosine or constant, got {schedule!r}")
 
 
 class Task(L.LightningModule):
@@ -69,8 +62,6 @@ class Task(L.LightningModule):
         """``config``: the whole resolved TrainConfig as a plain dict (saved in checkpoints).
         ``artifacts``: what a checkpoint stores to rebuild the model without downloads."""
         super().__init__()
-        from toolgraph.training import TrainConfig, config_from_dict
-
         self.save_hyperparameters({"config": config})
         self.cfg: TrainConfig = config_from_dict(config)
         self.model_cfg = self.cfg.model
@@ -168,9 +159,6 @@ class RetrievalTask(Task):
         return [f"val/{m}@{k}" for m in cfg.eval.metrics for k in cfg.eval.ks] + ["val/mrr"]
 
     def datamodule_for(self, cfg: Any) -> L.LightningDataModule:
-        from toolgraph.errors import ConfigError
-        from toolgraph.evaluation import prepare_dataset
-
         ds = prepare_dataset(cfg.data)
         dm = self.make_datamodule(ds, cfg.data, cfg.seed)
         if not dm.train_queries:
@@ -180,8 +168,6 @@ class RetrievalTask(Task):
         return dm
 
     def finish(self, out: Path, dm: L.LightningDataModule, cfg: Any) -> dict[str, Any]:
-        from toolgraph.evaluation import evaluate, write_report
-
         retriever = self.export_retriever(out / "retriever", dm.tools)
         report = evaluate(retriever, dm.ds, cfg.data.test_split, cfg.eval)
         write_report(report, out, cfg, dm.ds)
@@ -230,5 +216,23 @@ class RetrievalTask(Task):
         self.log_dict(self.test_metrics.compute())
         self.test_metrics.reset()
 
+    # ---- inference side ----------------------------------------------------------------------
     @abstractmethod
-    def export_retriever(self, folder: str | Path, tools: list) -> Any: ...
+    def as_retriever(self, tools: list | None = None) -> Retriever:
+        """The trained model as an in-memory Retriever indexed over ``tools`` (default: the catalog)."""
+
+    def exported_encoder(self) -> tuple[TextEncoder, int] | None:
+        """(text encoder, max length) to save as a sentence-transformers folder beside the exported
+        retriever, so other tools can load the trained encoder; None when there is none."""
+        return None
+
+    def export_retriever(self, folder: str | Path, tools: list | None = None) -> Retriever:
+        """Save ``as_retriever(tools)`` to ``folder`` (loads with ``toolgraph.load``), and the trained
+        encoder, if any, under ``folder/encoder``."""
+        folder = Path(folder)
+        r = self.as_retriever(tools)
+        exported = self.exported_encoder()
+        if exported is not None:
+            export_sentence_transformer(exported[0], self.tokenizer, folder / "encoder", exported[1])
+        r.save(folder)
+        return r

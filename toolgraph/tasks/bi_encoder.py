@@ -10,33 +10,35 @@
 
 from __future__ import annotations
 
-import base64
 import copy
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
+from toolgraph.config import TaskConfig, TextDataConfig, ToolText
 from toolgraph.data.schema import Tool, ToolDataset
-from toolgraph.data.text import TextDataConfig, ToolTextDataModule
-from toolgraph.nn.encoder import TextEncoder, load_backbone
+from toolgraph.data.text import ToolTextDataModule
+from toolgraph.errors import ConfigError
+from toolgraph.nn.encoder import TextEncoder, backbone_artifacts, backbone_from_artifacts, load_or_restore
 from toolgraph.nn.losses import false_negative_mask, gather_no_grad, gather_with_grad, info_nce
 from toolgraph.registry import TASKS
+from toolgraph.retrieval.bm25 import BM25Config, BM25Retriever
+from toolgraph.retrieval.dense import DenseConfig, DenseRetriever
 from toolgraph.retrieval.encode import encode_texts
-from toolgraph.tasks.base import RetrievalTask, TaskConfig
+from toolgraph.retrieval.loading import load
+from toolgraph.tasks.base import RetrievalTask
 
 
 @dataclass
 class BiEncoderConfig(TaskConfig):
     name: str = "bi_encoder"
     encoder: str = "all-MiniLM-L6-v2"  # HF id or local folder
-    pooling: str = "mean"
+    pooling: Literal["mean", "cls"] = "mean"
     normalize: bool = True
     shared: bool = True  # one encoder for queries and tools; false = two towers
     temperature: float = 0.05
-    tool_text: str = "default"  # default | name_desc | toolbench
+    tool_text: ToolText = "default"
     gather: bool = True  # in-batch negatives from every rank
     hard_negatives: bool = False  # one mined hard negative per query
     hard_negative_source: str = "bm25"  # bm25, or a saved retriever / checkpoint / run folder
@@ -51,10 +53,7 @@ class BiEncoderTask(RetrievalTask):
 
     def build(self, artifacts: dict[str, Any] | None) -> None:
         m = self.model_cfg
-        if artifacts:
-            backbone, self.tokenizer = backbone_from_artifacts(artifacts["query"])
-        else:
-            backbone, self.tokenizer = load_backbone(m.encoder)
+        backbone, self.tokenizer = load_or_restore(m.encoder, artifacts and artifacts["query"])
         self.query_encoder = TextEncoder(backbone, m.pooling, m.normalize)
         if m.shared:
             self.doc_encoder = self.query_encoder
@@ -110,11 +109,9 @@ class BiEncoderTask(RetrievalTask):
 
     def as_retriever(self, tools: list[Tool] | None = None) -> Any:
         """The trained encoder as an in-memory DenseRetriever over ``tools`` (default: the catalog)."""
-        from toolgraph.retrieval.dense import DenseConfig, DenseRetriever
-
         m, d = self.model_cfg, self.cfg.data
         if not m.shared:
-            raise ValueError("two-tower bi-encoders cannot become a single-encoder DenseRetriever; use shared: true")
+            raise ConfigError("two-tower bi-encoders cannot become a single-encoder DenseRetriever; use shared: true")
         cfg = DenseConfig(model="encoder", pooling=m.pooling, normalize=m.normalize, max_length=d.max_tool_length,
                           query_max_length=d.eval_max_query_length, tool_text=m.tool_text, cache_dir=None,
                           progress=False)
@@ -122,15 +119,8 @@ class BiEncoderTask(RetrievalTask):
         r.index(self.catalog if tools is None else tools)
         return r
 
-    def export_retriever(self, folder: str | Path, tools: list[Tool] | None = None) -> Any:
-        """A DenseRetriever folder with the encoder saved as a sentence-transformers model."""
-        from toolgraph.export import export_sentence_transformer
-
-        folder = Path(folder)
-        r = self.as_retriever(tools)
-        export_sentence_transformer(self.query_encoder, self.tokenizer, folder / "encoder", self.cfg.data.max_tool_length)
-        r.save(folder)
-        return r
+    def exported_encoder(self) -> tuple[TextEncoder, int]:
+        return self.query_encoder, self.cfg.data.max_tool_length
 
 
 def instret_augment(ds: ToolDataset, n: int) -> ToolDataset:
@@ -149,14 +139,7 @@ def instret_augment(ds: ToolDataset, n: int) -> ToolDataset:
 def mine_hard_negatives(dm: ToolTextDataModule, source: str, depth: int, tool_text: str) -> list[list[int]]:
     """Per training query, the source's top-``depth`` tools minus its gold tools (false negatives).
     ``source``: "bm25", or anything ``toolgraph.load`` reads (a saved retriever, a checkpoint)."""
-    if source == "bm25":
-        from toolgraph.retrieval.bm25 import BM25Config, BM25Retriever
-
-        r = BM25Retriever(BM25Config(tool_text=tool_text))
-    else:
-        from toolgraph.inference import load
-
-        r = load(source)
+    r = BM25Retriever(BM25Config(tool_text=tool_text)) if source == "bm25" else load(source)
     r.index(dm.tools)
     ranking = r.retrieve([q.text for q in dm.train_queries], depth + 8)
     out = []
@@ -166,37 +149,3 @@ def mine_hard_negatives(dm: ToolTextDataModule, source: str, depth: int, tool_te
         negs = [dm.tool_index[i] for i in ids if dm.tool_index[i] not in gold_set][:depth]
         out.append(negs or [next(j for j in range(n) if j not in gold_set)])
     return out
-
-
-def backbone_artifacts(backbone: torch.nn.Module, tokenizer) -> dict[str, Any]:
-    """HF config and tokenizer files as plain data, so a checkpoint rebuilds without downloads."""
-    with tempfile.TemporaryDirectory() as tmp:
-        tokenizer.save_pretrained(tmp)
-        files = {}
-        for p in Path(tmp).iterdir():
-            raw = p.read_bytes()
-            try:
-                files[p.name] = raw.decode("utf-8")
-            except UnicodeDecodeError:
-                files[p.name] = "base64:" + base64.b64encode(raw).decode()
-    return {"hf_config": backbone.config.to_dict(), "tokenizer_files": files}
-
-
-def backbone_from_artifacts(art: dict[str, Any]) -> tuple[torch.nn.Module, Any]:
-    from transformers import AutoConfig, AutoModel, AutoTokenizer
-
-    cfg_dict = dict(art["hf_config"])
-    config = AutoConfig.for_model(cfg_dict.pop("model_type"), **cfg_dict)
-    try:
-        model = AutoModel.from_config(config, add_pooling_layer=False)
-    except TypeError:
-        model = AutoModel.from_config(config)
-    with tempfile.TemporaryDirectory() as tmp:
-        for name, text in art["tokenizer_files"].items():
-            path = Path(tmp) / name
-            if text.startswith("base64:"):
-                path.write_bytes(base64.b64decode(text[7:]))
-            else:
-                path.write_text(text, encoding="utf-8")
-        tokenizer = AutoTokenizer.from_pretrained(tmp)
-    return model, tokenizer

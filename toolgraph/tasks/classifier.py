@@ -9,28 +9,29 @@ outside the training catalog cannot be scored (see ``retrieval/classifier.py``).
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
+from toolgraph.config import TaskConfig, TextDataConfig
 from toolgraph.data.schema import Tool, ToolDataset
-from toolgraph.data.text import LabelDataModule, TextDataConfig
-from toolgraph.nn.encoder import TextEncoder, load_backbone
+from toolgraph.data.text import LabelDataModule
+from toolgraph.nn.encoder import TextEncoder, backbone_artifacts, load_or_restore
 from toolgraph.nn.heads import ToolClassifier, multi_hot
 from toolgraph.nn.losses import multilabel_loss
 from toolgraph.registry import TASKS
-from toolgraph.tasks.base import RetrievalTask, TaskConfig
-from toolgraph.tasks.bi_encoder import backbone_artifacts, backbone_from_artifacts
+from toolgraph.retrieval.classifier import ClassifierRetriever, ClassifierRetrieverConfig
+from toolgraph.tasks.base import RetrievalTask
 
 
 @dataclass
 class ClassifierConfig(TaskConfig):
     name: str = "mlc"
     encoder: str = "all-MiniLM-L6-v2"
-    pooling: str = "mean"
-    loss: str = "bce"  # bce | softmax (see module docstring)
+    pooling: Literal["mean", "cls"] = "mean"
+    loss: Literal["bce", "softmax"] = "bce"  # see module docstring
     head_lr: float | None = 1.0e-3  # null: optim.lr
     dropout: float = 0.1
 
@@ -41,9 +42,7 @@ class ClassifierTask(RetrievalTask):
 
     def build(self, artifacts: dict[str, Any] | None) -> None:
         m = self.model_cfg
-        if m.loss not in ("bce", "softmax"):
-            raise ValueError(f"model.loss must be 'bce' or 'softmax', got {m.loss!r}")
-        backbone, self.tokenizer = backbone_from_artifacts(artifacts["query"]) if artifacts else load_backbone(m.encoder)
+        backbone, self.tokenizer = load_or_restore(m.encoder, artifacts and artifacts["query"])
         self.encoder = TextEncoder(backbone, m.pooling, normalize=False)
         self.catalog: list[Tool] = []
         self.model: ToolClassifier | None = None
@@ -79,10 +78,6 @@ class ClassifierTask(RetrievalTask):
                 "tools": [{k: v for k, v in vars(t).items() if v is not None} for t in self.catalog]}
 
     def as_retriever(self, tools: list[Tool] | None = None) -> Any:
-        import copy
-
-        from toolgraph.retrieval.classifier import ClassifierRetriever, ClassifierRetrieverConfig
-
         m, d = self.model_cfg, self.cfg.data
         cfg = ClassifierRetrieverConfig(pooling=m.pooling, max_length=d.eval_max_query_length,
                                         query_max_length=d.eval_max_query_length, cache_dir=None, progress=False)
@@ -91,11 +86,5 @@ class ClassifierTask(RetrievalTask):
         r.index(self.catalog if tools is None else tools)
         return r
 
-    def export_retriever(self, folder: str | Path, tools: list[Tool] | None = None) -> Any:
-        from toolgraph.export import export_sentence_transformer
-
-        folder = Path(folder)
-        r = self.as_retriever(tools)
-        export_sentence_transformer(self.encoder, self.tokenizer, folder / "encoder", self.cfg.data.eval_max_query_length)
-        r.save(folder)
-        return r
+    def exported_encoder(self) -> tuple[TextEncoder, int]:
+        return self.encoder, self.cfg.data.eval_max_query_length

@@ -12,11 +12,11 @@ from typing import Any
 
 import torch
 
-from toolgraph.nn.encoder import load_backbone
+from toolgraph.nn.encoder import backbone_artifacts, load_or_restore
 from toolgraph.nn.rerankers import PairScorer
 from toolgraph.registry import TASKS
 from toolgraph.retrieval.pipeline import BELOW
-from toolgraph.tasks.bi_encoder import backbone_artifacts, backbone_from_artifacts
+from toolgraph.retrieval.rerankers import CrossEncoderReranker, CrossEncoderRerankerConfig
 from toolgraph.tasks.rerank import RerankConfig, RerankTask
 
 
@@ -33,8 +33,7 @@ class CrossEncoderTask(RerankTask):
     Config = CrossEncoderConfig
 
     def build_network(self, artifacts: dict[str, Any] | None) -> None:
-        backbone, self.tokenizer = (backbone_from_artifacts(artifacts["query"]) if artifacts
-                                    else load_backbone(self.model_cfg.encoder))
+        backbone, self.tokenizer = load_or_restore(self.model_cfg.encoder, artifacts and artifacts["query"])
         self.network = PairScorer(backbone, self.model_cfg.dropout)
         self._docs: list[str] = []
 
@@ -61,8 +60,6 @@ class CrossEncoderTask(RerankTask):
                 "tools": [{k: v for k, v in vars(t).items() if v is not None} for t in self.catalog]}
 
     def as_reranker(self) -> Any:
-        from toolgraph.retrieval.rerankers import CrossEncoderReranker, CrossEncoderRerankerConfig
-
         cfg = CrossEncoderRerankerConfig(tool_text=self.model_cfg.tool_text, max_length=self.model_cfg.max_pair_length,
                                          batch_size=64)
         return CrossEncoderReranker(cfg, network=copy.deepcopy(self.network).cpu().eval(), tokenizer=self.tokenizer)

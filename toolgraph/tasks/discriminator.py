@@ -14,20 +14,21 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
 from torchmetrics.classification import MulticlassConfusionMatrix
 
+from toolgraph.config import TaskConfig
 from toolgraph.data.tdi import LABEL_INDEX, LABELS, TDIConfig, build_tdi, read_tdi
 from toolgraph.errors import ConfigError
-from toolgraph.nn.encoder import load_backbone
+from toolgraph.nn.encoder import backbone_artifacts, load_or_restore
 from toolgraph.nn.losses import category_averaged_ce
 from toolgraph.nn.rerankers import PairScorer
 from toolgraph.registry import TASKS
-from toolgraph.tasks.base import Task, TaskConfig
-from toolgraph.tasks.bi_encoder import backbone_artifacts, backbone_from_artifacts
+from toolgraph.retrieval.loading import load_task, resolve_checkpoint
+from toolgraph.tasks.base import Task
 
 DEPENDENCY_CLASSES = ("a_needs_b", "b_needs_a")
 
@@ -36,10 +37,10 @@ DEPENDENCY_CLASSES = ("a_needs_b", "b_needs_a")
 class DiscriminatorConfig(TaskConfig):
     name: str = "discriminator"
     encoder: str = "all-MiniLM-L6-v2"
-    stage: str = "finetune"  # pretrain (balanced set) | finetune (real class ratio)
+    stage: Literal["pretrain", "finetune"] = "finetune"  # balanced set | real class ratio
     init_from: str | None = None  # a pretrain-stage .ckpt or run folder; None: start from the encoder
-    loss: str | None = None  # ce | category_avg (default: ce for pretrain, category_avg for finetune)
-    class_count: str = "batch"  # N_k of the category-averaged loss: per batch, or over the dataset
+    loss: Literal["ce", "category_avg"] | None = None  # default: ce for pretrain, category_avg for finetune
+    class_count: Literal["batch", "dataset"] = "batch"  # N_k of the category-averaged loss
     max_pair_length: int = 128  # both documents together (longest truncated first)
     dropout: float = 0.1
     head_lr: float | None = 1.0e-3
@@ -75,21 +76,10 @@ class DiscriminatorTask(Task):
 
     def build(self, artifacts: dict[str, Any] | None) -> None:
         m = self.model_cfg
-        if m.stage not in ("pretrain", "finetune"):
-            raise ConfigError(f"model.stage must be pretrain or finetune, got {m.stage!r}")
-        if self.loss_name() not in ("ce", "category_avg"):
-            raise ConfigError(f"model.loss must be ce or category_avg, got {m.loss!r}")
-        if m.class_count not in ("batch", "dataset"):
-            raise ConfigError(f"model.class_count must be batch or dataset, got {m.class_count!r}")
-        if artifacts:
-            backbone, self.tokenizer = backbone_from_artifacts(artifacts["encoder"])
-        else:
-            backbone, self.tokenizer = load_backbone(m.encoder)
+        backbone, self.tokenizer = load_or_restore(m.encoder, artifacts and artifacts["encoder"])
         self.network = PairScorer(backbone, m.dropout, outputs=len(LABELS))
         if m.init_from and not artifacts:  # a checkpoint carries its weights itself
-            start = resolve_checkpoint(m.init_from)
-            from toolgraph.inference import load_task
-
+            start = resolve_checkpoint(m.init_from, "model.init_from")
             previous = load_task(start)
             if not isinstance(previous, DiscriminatorTask):
                 raise ConfigError(f"model.init_from: {start} is a {previous.model_cfg.name!r} checkpoint, "
@@ -203,19 +193,3 @@ def load_tdi(name: str, options: dict[str, Any], root: str | None):
     if options:
         raise ConfigError("data.options apply when data.name is 'tdi' (built in memory), not to a TDI folder")
     return read_tdi(name)
-
-
-def resolve_checkpoint(path: str) -> Path:
-    """A .ckpt, or a run folder: its best checkpoint (results.json), else checkpoints/last.ckpt."""
-    p = Path(path)
-    if p.is_file():
-        return p
-    results = p / "results.json"
-    if results.is_file():
-        best = json.loads(results.read_text()).get("training", {}).get("best_checkpoint")
-        if best and Path(best).is_file():
-            return Path(best)
-    last = p / "checkpoints" / "last.ckpt"
-    if last.is_file():
-        return last
-    raise ConfigError(f"model.init_from: {path!r} is neither a .ckpt nor a run folder with a checkpoint")

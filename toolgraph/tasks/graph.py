@@ -12,36 +12,48 @@ negative. Validation is full-corpus retrieval of the val queries (isolated nodes
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import lightning as L
 import torch
 import torch.nn.functional as F
 
-from toolgraph.data.graph import EDGE_KINDS, NodeText, ToolGraph, build_graph, save_graph_stats, without_queries_edges
+from toolgraph.config import TaskConfig, ToolText
+from toolgraph.data import prepare_dataset
+from toolgraph.data.graph import (
+    EDGE_KINDS,
+    ToolGraph,
+    build_graph,
+    graph_datamodule,
+    save_graph_stats,
+    without_queries_edges,
+)
 from toolgraph.data.schema import ToolDataset
-from toolgraph.errors import ConfigError
-from toolgraph.nn.gnn import GNNS, build_gnn
+from toolgraph.nn.encoder import resolve_model
+from toolgraph.nn.gnn import build_gnn
 from toolgraph.nn.losses import false_negative_mask, info_nce
 from toolgraph.registry import TASKS
-from toolgraph.tasks.base import RetrievalTask, TaskConfig
+from toolgraph.retrieval.dense import NodeText, text_embedder
+from toolgraph.retrieval.gnn import GNNConfig, GNNRetriever
+from toolgraph.tasks.base import RetrievalTask
 
 
 @dataclass
 class GraphTaskConfig(TaskConfig):
     name: str = "graph"
-    gnn: str = "lightgcn"  # lightgcn | gat | sage
+    gnn: Literal["lightgcn", "gat", "sage"] = "lightgcn"
     layers: int = 2
     hidden: int = 384  # GAT / SAGE width (LightGCN keeps the text dimension)
     heads: int = 4  # GAT attention heads
     dropout: float = 0.1
-    loss: str = "infonce"  # infonce | bpr
+    loss: Literal["infonce", "bpr"] = "infonce"
     temperature: float = 0.05
     encoder: str = "all-MiniLM-L6-v2"  # frozen; node features
-    tool_text: str = "default"
-    edges: list[str] = field(default_factory=lambda: list(EDGE_KINDS))
+    tool_text: ToolText = "default"
+    edges: list[Literal["invokes", "depends_on", "belongs_to"]] = field(default_factory=lambda: list(EDGE_KINDS))
     dependencies: str = "gold"  # gold (the dataset's) | an edges.jsonl / graph folder from `toolgraph graph build`
     dependency_threshold: float = 0.5
     hide_batch_edges: bool = True  # score training queries as isolated nodes (as at test time)
@@ -50,8 +62,6 @@ class GraphTaskConfig(TaskConfig):
 
 def text_dim(encoder: str) -> int:
     from transformers import AutoConfig
-
-    from toolgraph.nn.encoder import resolve_model
 
     return int(AutoConfig.from_pretrained(resolve_model(encoder)).hidden_size)
 
@@ -62,10 +72,6 @@ class GraphTask(RetrievalTask):
 
     def build(self, artifacts: dict[str, Any] | None) -> None:
         m = self.model_cfg
-        if m.gnn not in GNNS:
-            raise ConfigError(f"model.gnn: {m.gnn!r} is not one of {GNNS}")
-        if m.loss not in ("infonce", "bpr"):
-            raise ConfigError(f"model.loss: {m.loss!r} is not infonce or bpr")
         self.dim = int(artifacts["dim"]) if artifacts else text_dim(m.encoder)
         self.gnn = build_gnn(m.gnn, self.dim, m.layers, m.hidden, m.heads, m.dropout)
         self.graph: ToolGraph | None = None
@@ -79,12 +85,13 @@ class GraphTask(RetrievalTask):
                         d.eval_max_query_length, self.model_cfg.cache_dir)
 
     # ---- data ---------------------------------------------------------------------------------
-    def make_datamodule(self, ds: ToolDataset, data_cfg: Any, seed: int) -> L.LightningDataModule:
-        from toolgraph.data.graph import graph_datamodule
-
+    def build_graph(self, ds: ToolDataset, progress: bool = False) -> ToolGraph:
         m = self.model_cfg
-        self.graph = build_graph(ds, self.node_text(), m.edges, m.dependencies, m.dependency_threshold,
-                                 progress=True)
+        return build_graph(ds, text_embedder(self.node_text(), progress), m.edges, m.dependencies,
+                           m.dependency_threshold, query_max_length=self.cfg.data.eval_max_query_length)
+
+    def make_datamodule(self, ds: ToolDataset, data_cfg: Any, seed: int) -> L.LightningDataModule:
+        self.graph = self.build_graph(ds, progress=True)
         self.gnn.fit_features(torch.cat([self.graph.data["query"].x, self.graph.data["tool"].x]))
         return graph_datamodule(ds, self.graph, data_cfg, seed)
 
@@ -147,16 +154,9 @@ class GraphTask(RetrievalTask):
         """The trained GNN as an in-memory ``gnn`` retriever. From a bare checkpoint
         (``toolgraph.load(best.ckpt)``) the graph is rebuilt from the run's data section (cached
         features); the catalog is that graph's tools unless ``tools`` is given."""
-        import copy
-
-        from toolgraph.retrieval.gnn import GNNConfig, GNNRetriever
-
         m, d = self.model_cfg, self.cfg.data
         if self.graph is None:
-            from toolgraph.evaluation import prepare_dataset
-
-            self.graph = build_graph(prepare_dataset(d), self.node_text(), m.edges, m.dependencies,
-                                     m.dependency_threshold)
+            self.graph = self.build_graph(prepare_dataset(d))
         was_training = self.gnn.training
         self.gnn.eval()
         with torch.no_grad():
@@ -169,11 +169,6 @@ class GraphTask(RetrievalTask):
                         max_query_length=d.eval_max_query_length, cache_dir=m.cache_dir)
         r = GNNRetriever(cfg, copy.deepcopy(self.gnn).cpu().eval(), graph_tools)
         r.index(self.graph.tools if tools is None else tools)
-        return r
-
-    def export_retriever(self, folder: str | Path, tools: list) -> Any:
-        r = self.as_retriever(tools)
-        r.save(folder)
         return r
 
     def finish(self, out: Path, dm: L.LightningDataModule, cfg: Any) -> dict[str, Any]:

@@ -11,25 +11,26 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
+from toolgraph.data import prepare_dataset
 from toolgraph.data.rerank import RerankDataModule
 from toolgraph.data.schema import ToolDataset
-from toolgraph.nn.encoder import load_backbone
+from toolgraph.nn.encoder import backbone_artifacts, load_or_restore
 from toolgraph.nn.rerankers import ToolRefiner
 from toolgraph.registry import TASKS
 from toolgraph.retrieval.base import Retriever
 from toolgraph.retrieval.pipeline import resolve_retriever
-from toolgraph.tasks.bi_encoder import backbone_artifacts, backbone_from_artifacts
+from toolgraph.retrieval.rerankers import RefinerReranker, RefinerRerankerConfig
 from toolgraph.tasks.rerank import RerankConfig, RerankTask, first_stage_spec
 
 
 @dataclass
 class RefinerConfig(RerankConfig):
     name: str = "refiner"
-    vectors: str = "tool2vec"  # tool2vec (mean of training-query vectors) | description
+    vectors: Literal["tool2vec", "description"] = "tool2vec"  # tool2vec: mean of training-query vectors
     vector_encoder: str = "all-MiniLM-L6-v2"  # encodes the tool vectors (frozen)
 
 
@@ -39,10 +40,7 @@ class RefinerTask(RerankTask):
 
     def build_network(self, artifacts: dict[str, Any] | None) -> None:
         m = self.model_cfg
-        if m.vectors not in ("tool2vec", "description"):
-            raise ValueError(f"model.vectors must be 'tool2vec' or 'description', got {m.vectors!r}")
-        self.backbone, self.tokenizer = (backbone_from_artifacts(artifacts["query"]) if artifacts
-                                         else load_backbone(m.encoder))
+        self.backbone, self.tokenizer = load_or_restore(m.encoder, artifacts and artifacts["query"])
         self.network: ToolRefiner | None = None
         self.vectors: Retriever | None = None
         if artifacts:
@@ -85,11 +83,7 @@ class RefinerTask(RerankTask):
                 "tools": [{k: v for k, v in vars(t).items() if v is not None} for t in self.catalog]}
 
     def as_reranker(self) -> Any:
-        from toolgraph.retrieval.rerankers import RefinerReranker, RefinerRerankerConfig
-
         if self.vectors is None:  # from a checkpoint: refit the vector source on the run's training data
-            from toolgraph.evaluation import prepare_dataset
-
             self.vectors = resolve_retriever(self._vector_spec(), "model.vectors")
             self.vectors.fit(prepare_dataset(self.cfg.data))
         cfg = RefinerRerankerConfig(tool_text=self.model_cfg.tool_text, max_length=self.cfg.data.eval_max_query_length)

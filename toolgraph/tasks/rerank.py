@@ -11,18 +11,19 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
+from toolgraph.config import TaskConfig, TextDataConfig, ToolText
+from toolgraph.data import prepare_dataset
 from toolgraph.data.rerank import RerankDataModule
 from toolgraph.data.schema import Tool, ToolDataset
-from toolgraph.data.text import TextDataConfig
+from toolgraph.errors import ConfigError
 from toolgraph.nn.losses import multilabel_loss
 from toolgraph.retrieval.base import Retriever
 from toolgraph.retrieval.pipeline import BELOW, PipelineConfig, PipelineRetriever, resolve_retriever
-from toolgraph.tasks.base import RetrievalTask, TaskConfig
+from toolgraph.tasks.base import RetrievalTask
 
 
 @dataclass
@@ -30,12 +31,12 @@ class RerankConfig(TaskConfig):
     encoder: str = "all-MiniLM-L6-v2"
     first_stage: str = "tool2vec"  # bm25 | dense | tool2vec | a saved retriever, run folder or .ckpt
     first_stage_encoder: str = "all-MiniLM-L6-v2"  # for a first stage given by name
-    tool_text: str = "default"
+    tool_text: ToolText = "default"
     candidates: int = 32  # N: candidates per training query
     eval_candidates: int | None = None  # N at val/test/export (default: candidates)
     inject_gold: bool = True  # training only: gold tools missing from the top N replace the worst negatives
     shuffle: bool = True  # training only: candidate order shuffled
-    loss: str = "softmax"  # softmax over candidates with a multi-hot target | bce per candidate
+    loss: Literal["softmax", "bce"] = "softmax"  # softmax over candidates with a multi-hot target | bce per candidate
     head_lr: float | None = 1.0e-3  # layers on top of the encoder (null: optim.lr)
     dropout: float = 0.1
     cache_dir: str | None = ".cache/embeddings"  # first-stage embedding cache
@@ -55,10 +56,8 @@ class RerankTask(RetrievalTask):
 
     def build(self, artifacts: dict[str, Any] | None) -> None:
         m = self.model_cfg
-        if m.loss not in ("bce", "softmax"):
-            raise ValueError(f"model.loss must be 'bce' or 'softmax', got {m.loss!r}")
         if m.candidates < 1:
-            raise ValueError(f"model.candidates must be >= 1, got {m.candidates}")
+            raise ConfigError(f"model.candidates must be >= 1, got {m.candidates}")
         self.catalog: list[Tool] = [Tool(**t) for t in artifacts["tools"]] if artifacts else []
         self.first_stage: Retriever | None = None
         self.build_network(artifacts)
@@ -130,8 +129,6 @@ class RerankTask(RetrievalTask):
     # ---- export ---------------------------------------------------------------------------------
     def _first_stage_for_inference(self) -> Retriever:
         if self.first_stage is None:  # rebuilt from a checkpoint: the config names the first stage and data
-            from toolgraph.evaluation import prepare_dataset
-
             self.first_stage = resolve_retriever(first_stage_spec(self.model_cfg), "model.first_stage")
             self.first_stage.fit(prepare_dataset(self.cfg.data))
         return self.first_stage
@@ -140,9 +137,4 @@ class RerankTask(RetrievalTask):
         r = PipelineRetriever(PipelineConfig(depth=self.n_eval), first_stage=self._first_stage_for_inference(),
                               reranker=self.as_reranker())
         r.index(self.catalog if tools is None else tools)
-        return r
-
-    def export_retriever(self, folder: str | Path, tools: list[Tool] | None = None) -> PipelineRetriever:
-        r = self.as_retriever(tools)
-        r.save(folder)
         return r

@@ -17,11 +17,11 @@ from typing import Any
 
 import torch
 
+from toolgraph.config import TextDataConfig
 from toolgraph.data.schema import Tool, ToolDataset
 from toolgraph.data.text import (
     ContrastiveBatchSampler,
     ContrastiveCollator,
-    TextDataConfig,
     ToolTextDataModule,
     pad_gold,
 )

@@ -7,24 +7,30 @@ build one from an evaluation config (YAML file or dict: ``retriever`` + ``data``
     router.retrieve_agents(["track my parcel"], k=3)
 
 Checkpoints are read with ``torch.load(weights_only=True)``: tensors and plain data only, never
-arbitrary pickled objects, so a checkpoint from an unknown source cannot run code on load.
+arbitrary pickled objects, so a checkpoint from an unknown source cannot run code on load. The task
+that wrote a checkpoint is found by name through the task registry (which imports the training
+side only then).
 """
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from toolgraph.errors import DataError
-from toolgraph.retrieval.base import Retriever
+from toolgraph.config import EvaluateConfig, load_config
+from toolgraph.data import prepare_dataset
+from toolgraph.errors import ConfigError, DataError
+from toolgraph.registry import TASKS
+from toolgraph.retrieval.base import Retriever, build_retriever
 
 
-def load_task(path: str | Path):
+def load_task(path: str | Path) -> Any:
     """Rebuild the LightningModule of a toolgraph checkpoint from the file alone."""
-    from toolgraph.registry import TASKS
-    from toolgraph.tasks import bi_encoder  # noqa: F401  (register tasks)
-
     path = Path(path)
     if not path.is_file():
         raise DataError("checkpoint not found", path)
@@ -33,12 +39,31 @@ def load_task(path: str | Path):
     except Exception as e:  # noqa: BLE001 - report any refusal of the safe unpickler clearly
         raise DataError(f"cannot load as a weights-only checkpoint ({type(e).__name__}: {str(e)[:200]}); "
                         "refusing to unpickle arbitrary objects", path) from None
-    meta = ckpt.get("toolgraph")
-    if meta is None or "hyper_parameters" not in ckpt:
+    meta = ckpt.get("toolgraph") if isinstance(ckpt, dict) else None
+    if not isinstance(meta, dict) or "hyper_parameters" not in ckpt:
         raise DataError("not a toolgraph checkpoint (no 'toolgraph' section)", path)
-    task = TASKS.get(meta["task"])(ckpt["hyper_parameters"]["config"], artifacts=meta["artifacts"])
+    try:
+        task = TASKS.get(meta["task"])(ckpt["hyper_parameters"]["config"], artifacts=meta["artifacts"])
+    except DataError as e:
+        raise DataError(str(e), path) from None
     task.load_state_dict(ckpt["state_dict"])
     return task.eval()
+
+
+def resolve_checkpoint(path: str | Path, where: str = "checkpoint") -> Path:
+    """A .ckpt, or a run folder: its best checkpoint (results.json), else checkpoints/last.ckpt."""
+    p = Path(path)
+    if p.is_file():
+        return p
+    results = p / "results.json"
+    if results.is_file():
+        best = json.loads(results.read_text()).get("training", {}).get("best_checkpoint")
+        if best and Path(best).is_file():
+            return Path(best)
+    last = p / "checkpoints" / "last.ckpt"
+    if last.is_file():
+        return last
+    raise ConfigError(f"{where}: {str(path)!r} is neither a .ckpt nor a run folder with a checkpoint")
 
 
 def load(path: str | Path | dict) -> Retriever:
@@ -46,8 +71,6 @@ def load(path: str | Path | dict) -> Retriever:
     (YAML path or dict) whose retriever is fitted and indexed on its ``data`` section."""
     if isinstance(path, dict) or (Path(path).suffix in (".yaml", ".yml") and Path(path).is_file()):
         return from_config(path)
-    from toolgraph.sync import recover
-
     path = Path(path)
     recover(path)  # an index left aside by a crash mid-sync is put back first
     if path.is_file() and path.suffix == ".ckpt":
@@ -61,11 +84,6 @@ def load(path: str | Path | dict) -> Retriever:
 
 def from_config(config: str | Path | dict) -> Retriever:
     """Build the config's retriever, fit it on the dataset and index the dataset's tools (and agents)."""
-    from toolgraph.config import EvaluateConfig, load_config
-    from toolgraph.errors import ConfigError
-    from toolgraph.evaluation import prepare_dataset
-    from toolgraph.retrieval import build_retriever
-
     cfg = load_config(EvaluateConfig, [config])
     if cfg.retriever is None:
         raise ConfigError(f"{config if not isinstance(config, dict) else 'config'}: no 'retriever' section")
@@ -74,3 +92,23 @@ def from_config(config: str | Path | dict) -> Retriever:
     retriever.fit(ds)
     retriever.index(ds.tools)
     return retriever
+
+
+# ---- crash recovery of an index swapped in by ``toolgraph index sync`` (toolgraph/sync.py) --------
+def old_copies(path: Path) -> list[Path]:
+    """Folders ``.NAME.old-PID`` that a sync moved aside, oldest first."""
+    return sorted(path.parent.glob(f".{path.name}.old-*"), key=lambda p: p.stat().st_mtime)
+
+
+def recover(path: str | Path) -> bool:
+    """Put back an index left aside by a crash between the two renames; True if one was restored."""
+    path = Path(path)
+    if path.exists():
+        for stale in old_copies(path):  # the swap finished; only the delete was interrupted
+            shutil.rmtree(stale, ignore_errors=True)
+        return False
+    olds = old_copies(path)
+    if not olds:
+        return False
+    os.rename(olds[-1], path)
+    return True

@@ -1,0 +1,62 @@
+"""Datasets by name: a registered benchmark adapter (data/sources/) or a canonical JSONL folder,
+and the evaluation protocol applied on top (``data.setting``)."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from toolgraph.config import DataConfig
+from toolgraph.data.formats import read_dataset
+from toolgraph.data.schema import ToolDataset
+from toolgraph.data.splits import inductive, inject_noise, transductive
+from toolgraph.errors import ConfigError, DataError
+from toolgraph.registry import DATASETS
+
+
+def data_root(root: str | Path | None = None) -> Path:
+    """The folder that holds the public benchmarks: ``root`` or ``$TOOLGRAPH_DATA``."""
+    value = root if root is not None else os.environ.get("TOOLGRAPH_DATA")
+    if not value:
+        raise DataError("no data folder: set TOOLGRAPH_DATA (e.g. ../shared/datasets) or data.root")
+    path = Path(value).expanduser()
+    if not path.is_dir():
+        raise DataError("data folder (TOOLGRAPH_DATA / data.root) does not exist", path)
+    return path
+
+
+def load_dataset(name: str, root: str | Path | None = None, **options: Any) -> ToolDataset:
+    """Load a registered benchmark by name, or a canonical JSONL folder given as a path."""
+    if name not in DATASETS and ("/" in name or Path(name).is_dir()):
+        if options:
+            raise DataError(f"options {sorted(options)} are for registered adapters, not JSONL folders", name)
+        return read_dataset(name)
+    loader = DATASETS.get(name)
+    params = inspect.signature(loader).parameters
+    if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        allowed = [p for p in params if p != "root"]
+        unknown = sorted(set(options) - set(allowed))
+        if unknown:
+            raise ConfigError(f"data.options: unknown option(s) {unknown} for dataset {name!r}; "
+                              f"it takes {allowed or 'none'}")
+    return loader(data_root(root), **options)
+
+
+def prepare_dataset(cfg: DataConfig) -> ToolDataset:
+    """Load ``cfg.name`` and apply the protocol in ``cfg.setting``."""
+    ds = load_dataset(cfg.name, cfg.root, **cfg.options)
+    setting = cfg.setting
+    if setting == "standard":
+        return ds
+    if setting == "transductive":
+        return transductive(ds)
+    m = re.fullmatch(r"(inductive|noise)-(\d+)", setting)
+    if not m:
+        raise ConfigError(f"data.setting: {setting!r} is not standard, transductive, inductive-<pct> or noise-<pct>")
+    ratio = int(m.group(2)) / 100
+    if m.group(1) == "inductive":
+        return inductive(ds, ratio, cfg.seed)[0]
+    return inject_noise(ds, ratio, cfg.seed)

@@ -4,7 +4,7 @@
     python benchmarks/agents.py tune            # type weights of weighted RRF, picked on StableToolBench G1
     python benchmarks/agents.py mcp-layout --set draft-g2   # the MCP adapter on real data, round trip
     python benchmarks/agents.py serve --tools 10000 --requests 400
-    python benchmarks/agents.py render          # README tables from benchmarks/results/agents.json
+    python benchmarks/agents.py render [--page docs/agents-and-serving.md]   # the tables, from agents.json
 
 Test sets: StableToolBench G1 / G2 (catalog = union of the queries' candidate APIs) and G3 (COLT's
 1,419-API G3 corpus), DRAFT's original G2 (with the RapidAPI tool descriptions DRAFT ships, 273 of
@@ -28,9 +28,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from results_io import RESULTS, machine, upsert, write_readme_table  # noqa: E402
+from results_io import DOCS, RESULTS, machine, upsert, write_block  # noqa: E402
 
 NAME = "agents"
+PAGE = DOCS / "agents-and-serving.md"  # where the agents-* blocks live
 KEY = ("method", "dataset", "split", "setting", "encoder")
 KS = [1, 3, 5, 10]
 SETS = {  # name -> (adapter, options)
@@ -171,7 +172,8 @@ def _fmt(m: dict, k: str) -> str:
     return f"{m[k]:.3f}" if k in m else "–"
 
 
-def render() -> None:
+def render(page: str | Path = PAGE) -> None:
+    """The agents-* tables of ``page`` from the results file."""
     path = RESULTS / f"{NAME}.json"
     rows = json.loads(path.read_text())["rows"] if path.exists() else []
     by = {(r["method"], r["dataset"], r["setting"], r["encoder"]): r for r in rows}
@@ -202,7 +204,7 @@ def render() -> None:
                 lines.append(f"| {s} ({any_row['queries']} / {any_row['tools']} / {any_row['agents']}) | {mode} | "
                              + " | ".join(cells) + " |")
         blocks.append("\n".join(lines))
-    write_readme_table("agents-main", "\n\n".join(blocks))
+    write_block(page, "agents-main", "\n\n".join(blocks))
 
     lines = ["| test set | query | " + " | ".join(
         ["t2a rrf", "t2a dense", "t2a bm25", "tool_only dense", "agent_only dense", "t2a merge=interleave", "t2a merge=rrf"])
@@ -215,7 +217,7 @@ def render() -> None:
                 continue
             lines.append(f"| {s} | {mode} | " + " | ".join(
                 f"{c['metrics']['agent_recall@5']:.3f}" if c else "–" for c in cells) + " |")
-    write_readme_table("agents-variants", "\n".join(lines))
+    write_block(page, "agents-variants", "\n".join(lines))
 
     lines = ["| catalog | policy | query | tasks | ambiguous gold names | by category | by catalog order "
              "| gold sets exactly right | agent R@5 |", "|---|---|---|---|---|---|---|---|---|"]
@@ -226,7 +228,7 @@ def render() -> None:
             lines.append(f"| {src} → MCP layout | {policy} | {r['setting']} | {a['tasks']} | {a['ambiguous_gold']} | "
                          f"{a['resolved_by_category']} | {a['resolved_by_catalog_order']} | "
                          f"{a['gold_sets_exact']} / {a['tasks_in_source']} | {r['metrics']['agent_recall@5']:.3f} |")
-    write_readme_table("agents-mcp-layout", "\n".join(lines))
+    write_block(page, "agents-mcp-layout", "\n".join(lines))
 
     lines = ["| index | clients | micro-batching | requests | errors | p50 ms | p95 ms | requests/s | mean batch |",
              "|---|---|---|---|---|---|---|---|---|"]
@@ -244,7 +246,7 @@ def render() -> None:
                       f"| `toolgraph index sync` | {m['tools']:,} / {m['agents']:,} | {m['changed_tools']} | "
                       f"{m['updated']} | **{m['encoded']}** | {m['sync_s']} | {m['build_encoded']:,}, {m['build_s']} "
                       f"| {m['speedup_vs_rebuild']}× |"]
-    write_readme_table("agents-serving", "\n".join(lines))
+    write_block(page, "agents-serving", "\n".join(lines))
 
 
 def main() -> None:
@@ -271,6 +273,8 @@ def main() -> None:
     m.add_argument("--policies", nargs="+", default=["category", "first", "all"])
     m.add_argument("--modes", nargs="+", default=["direct", "step-wise"])
     sub.add_parser("render")
+    for sp in sub.choices.values():
+        sp.add_argument("--page", type=Path, default=PAGE, help="page with the agents-* blocks")
     args = p.parse_args()
     if args.cmd == "quality":
         cmd_quality(args)
@@ -284,7 +288,7 @@ def main() -> None:
         rows = serve_run(args, COMMAND)
         upsert(NAME, rows, KEY)
     if args.cmd in ("render", "quality", "tune", "serve", "mcp-layout"):
-        render()
+        render(args.page)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,10 @@
     python benchmarks/baselines.py [--only toollens,api-bank] [--methods bm25,minilm]
 
 Runs exactly the shipped configs/eval/{bm25,minilm}_<dataset>.yaml (one evaluate.py call
-each, in-process), writes benchmarks/results/baselines.json and the README results table.
+each, in-process), writes benchmarks/results/baselines.json and the ``baselines`` table on
+docs/results.md (every zero-shot row of the file).
+
+    python benchmarks/baselines.py --render-only [--page docs/results.md]   # only the table, from the file
 """
 
 from __future__ import annotations
@@ -18,21 +21,36 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from results_io import quality_table, upsert, write_readme_table  # noqa: E402
+from results_io import DOCS, RESULTS, quality_table, upsert, write_block  # noqa: E402
 
 from toolgraph.config import EvaluateConfig, load_config  # noqa: E402
-from toolgraph.evaluation import evaluate, prepare_dataset  # noqa: E402
+from toolgraph.data import prepare_dataset  # noqa: E402
+from toolgraph.evaluation import evaluate  # noqa: E402
 from toolgraph.retrieval import build_retriever  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 METHOD = {"bm25": "bm25", "minilm": "dense"}
+PAGE = DOCS / "results.md"  # where the baselines block lives
+
+
+def render(page: str | Path = PAGE) -> None:
+    """The baselines table of ``page``: every zero-shot row of the results file."""
+    import json
+
+    rows = json.loads((RESULTS / "baselines.json").read_text())["rows"]
+    write_block(page, "baselines", quality_table([r for r in rows if r["setting"] == "zero-shot"]))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", default="", help="comma-separated dataset names")
     ap.add_argument("--methods", default="bm25,minilm")
+    ap.add_argument("--page", type=Path, default=PAGE, help="page with the baselines block")
+    ap.add_argument("--render-only", action="store_true", help="only rewrite the table from the results file")
     args = ap.parse_args()
+    if args.render_only:
+        render(args.page)
+        return
     only = set(filter(None, args.only.split(",")))
     rows = []
     for prefix in args.methods.split(","):
@@ -58,11 +76,8 @@ def main() -> None:
                   f"R@5={m['recall@5']:.4f} NDCG@5={m['ndcg@5']:.4f} Pass@5={m['pass@5']:.4f} ({seconds:.0f}s)",
                   flush=True)
     path = upsert("baselines", rows)
-    import json
-
-    all_rows = [r for r in json.loads(path.read_text())["rows"] if r["setting"] == "zero-shot"]
-    write_readme_table("baselines", quality_table(all_rows))
-    print(f"wrote {path} and the README table")
+    render(args.page)
+    print(f"wrote {path} and the baselines table on {args.page}")
 
 
 if __name__ == "__main__":

@@ -12,9 +12,9 @@
     python benchmarks/inductive.py tune --dataset toollens --variants "" "retriever.top_i=3"
     # add_tools of the unseen tools vs retraining the bi-encoder with them
     python benchmarks/inductive.py timing --dataset toollens --retrain-run RUN --retrain-command "..."
-    python benchmarks/inductive.py render
+    python benchmarks/inductive.py render [--page docs/graph.md]
 
-Rows go to benchmarks/results/inductive.json; the README tables (markers ``inductive-main``,
+Rows go to benchmarks/results/inductive.json; the tables on docs/graph.md (markers ``inductive-main``,
 ``inductive-ablation``, ``inductive-kl``, ``inductive-timing``) are generated from it. The headline
 metric is the mean of R@3, R@7, P@3, P@7 (``mean_r3_r7_p3_p7``); ``relative_drop`` is measured
 from the same method's transductive row.
@@ -34,9 +34,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from results_io import RESULTS, machine, upsert, write_readme_table  # noqa: E402
+from results_io import DOCS, RESULTS, machine, upsert, write_block  # noqa: E402
 
 NAME = "inductive"
+PAGE = DOCS / "graph.md"  # where the inductive-* blocks live
 ROOT = Path(__file__).resolve().parents[1]
 SETTINGS = ("transductive", "inductive-10", "inductive-20", "inductive-30", "noise-10")
 METHODS = ("minilm", "bi_encoder", "instret", "cross_encoder", "lightgcn", "gat", "sage", "losemb")
@@ -72,7 +73,7 @@ def cmd_run(args: argparse.Namespace) -> None:
     r = run_row(args.run, args.method, args.command)
     upsert(NAME, [r])
     print(r["method"], r["dataset"], r["setting"], r["metrics"])
-    render()
+    render(page=args.page)
 
 
 def cmd_gnn(args: argparse.Namespace) -> None:
@@ -91,12 +92,13 @@ def cmd_gnn(args: argparse.Namespace) -> None:
             rows.append(r)
             upsert(NAME, [r])
             print(gnn, setting, r["metrics"], r["training_seconds"], "s", flush=True)
-    render()
+    render(page=args.page)
 
 
 def _evaluate_losemb(dataset: str, setting: str, overrides: list[str]) -> tuple[dict, object, float]:
     from toolgraph.config import EvaluateConfig, load_config
-    from toolgraph.evaluation import evaluate, prepare_dataset
+    from toolgraph.data import prepare_dataset
+    from toolgraph.evaluation import evaluate
     from toolgraph.retrieval import build_retriever
 
     cfg = load_config(EvaluateConfig, [ROOT / f"configs/eval/losemb_{dataset}.yaml"],
@@ -136,13 +138,14 @@ def cmd_losemb(args: argparse.Namespace) -> None:
             name = method.replace("losemb", "losemb" + suffix, 1)
             upsert(NAME, [row(name, args.dataset, setting, m, command, seconds=round(seconds, 1))])
             print(name, setting, m, f"{seconds:.0f}s", flush=True)
-    render()
+    render(page=args.page)
 
 
 def cmd_zeroshot(args: argparse.Namespace) -> None:
     """"EmbSim" in its literal sense: frozen all-MiniLM-L6-v2 cosine, nothing trained (method minilm)."""
     from toolgraph.config import EvaluateConfig, load_config
-    from toolgraph.evaluation import evaluate, prepare_dataset
+    from toolgraph.data import prepare_dataset
+    from toolgraph.evaluation import evaluate
     from toolgraph.retrieval import build_retriever
 
     options = ["data.options.dependency_splits=[train]"] if args.dataset == "ultratool" else []
@@ -154,7 +157,7 @@ def cmd_zeroshot(args: argparse.Namespace) -> None:
         m = headline(evaluate(build_retriever(cfg.retriever), prepare_dataset(cfg.data), "test", cfg.eval).metrics)
         upsert(NAME, [row("minilm", args.dataset, setting, m, "python evaluate.py " + " ".join(over))])
         print("minilm", setting, m, flush=True)
-    render()
+    render(page=args.page)
 
 
 def cmd_tune(args: argparse.Namespace) -> None:
@@ -164,9 +167,10 @@ def cmd_tune(args: argparse.Namespace) -> None:
     from dataclasses import replace
 
     from toolgraph.config import EvaluateConfig, load_config
+    from toolgraph.data import prepare_dataset
     from toolgraph.data.schema import ToolDataset
     from toolgraph.data.splits import inductive
-    from toolgraph.evaluation import evaluate, prepare_dataset
+    from toolgraph.evaluation import evaluate
     from toolgraph.retrieval import build_retriever
 
     base = load_config(EvaluateConfig, [ROOT / f"configs/eval/losemb_{args.dataset}.yaml"], ["data.setting=standard"])
@@ -191,7 +195,7 @@ def cmd_timing(args: argparse.Namespace) -> None:
     """LoSemB indexes the seen tools, then add_tools() takes the unseen ones (embedding cache off,
     so their documents are really encoded); checked to rank like indexing everything at once."""
     from toolgraph.config import EvaluateConfig, load_config
-    from toolgraph.evaluation import prepare_dataset
+    from toolgraph.data import prepare_dataset
     from toolgraph.retrieval import build_retriever
 
     setting = "inductive-30"
@@ -225,15 +229,16 @@ def cmd_timing(args: argparse.Namespace) -> None:
     command = f"python benchmarks/inductive.py timing --dataset {args.dataset} --retrain-run <run of: {args.retrain_command}>"
     upsert(NAME, [row("losemb/add_tools", args.dataset, setting, m, command)])
     print(m)
-    render()
+    render(page=args.page)
 
 
 def _fmt(v: float | None) -> str:
     return "–" if v is None else f"{100 * v:.2f}"
 
 
-def render(save: bool = True) -> None:
-    """README tables from the results file; ``save`` also stores each row's relative drop in it."""
+def render(save: bool = True, page: str | Path = PAGE) -> None:
+    """The inductive-* tables of ``page`` from the results file; ``save`` also stores each row's relative
+    drop in it."""
     path = RESULTS / f"{NAME}.json"
     rows = json.loads(path.read_text())["rows"] if path.exists() else []
     by = {(r["method"], r["dataset"], r["setting"]): r for r in rows}
@@ -264,7 +269,7 @@ def render(save: bool = True) -> None:
             if any(c != "–" for c in cells):
                 lines.append(f"| {m} | " + " | ".join(cells) + " |")
         lines.append("")
-    write_readme_table("inductive-main", "\n".join(lines).rstrip())
+    write_block(page, "inductive-main", "\n".join(lines).rstrip())
 
     lines = ["| dataset | setting | variant | R@3 | R@7 | P@3 | P@7 | mean |", "|---|---|---|---|---|---|---|---|"]
     for r in sorted(rows, key=lambda r: (r["dataset"], r["setting"], r["method"])):
@@ -274,7 +279,7 @@ def render(save: bool = True) -> None:
             m = r["metrics"]
             lines.append(f"| {r['dataset']} | {r['setting']} | {r['method']} | " +
                          " | ".join(_fmt(m[k]) for k in (*KEEP, HEADLINE)) + " |")
-    write_readme_table("inductive-ablation", "\n".join(lines))
+    write_block(page, "inductive-ablation", "\n".join(lines))
 
     lines = ["| dataset | setting | tools without training queries | KL before alignment | KL after |",
              "|---|---|---|---|---|"]
@@ -282,7 +287,7 @@ def render(save: bool = True) -> None:
         if r["method"] == "losemb" and "kl_before" in r["metrics"]:
             m = r["metrics"]
             lines.append(f"| {r['dataset']} | {r['setting']} | {m['unseen_tools']} | {m['kl_before']} | {m['kl_after']} |")
-    write_readme_table("inductive-kl", "\n".join(lines))
+    write_block(page, "inductive-kl", "\n".join(lines))
 
     lines = ["| dataset | tools added | add_tools (s) | retraining the bi-encoder, quick recipe (s, steps) | speed-up "
              "| full recipe (s, steps) | speed-up | same ranking as a full index |", "|---|---|---|---|---|---|---|---|"]
@@ -293,7 +298,7 @@ def render(save: bool = True) -> None:
                     if m.get("full_retrain_seconds") else "– | –")
             lines.append(f"| {r['dataset']} | {m['tools_added']} | {m['add_tools_seconds']} | {m['retrain_seconds']} "
                          f"({m['retrain_steps']}) | **{m['speedup']}×** | {full} | {m['same_ranking_as_full_index']} |")
-    write_readme_table("inductive-timing", "\n".join(lines))
+    write_block(page, "inductive-timing", "\n".join(lines))
 
 
 def main() -> None:
@@ -331,9 +336,11 @@ def main() -> None:
     u.add_argument("--ratios", type=float, nargs="+", default=[0.1, 0.3])
     u.add_argument("--variants", nargs="+", default=[""], help="override sets, e.g. 'retriever.top_i=3 retriever.top_j=5'")
     sub.add_parser("render")
+    for sp in sub.choices.values():
+        sp.add_argument("--page", type=Path, default=PAGE, help="page with the inductive-* blocks")
     args = p.parse_args()
     {"run": cmd_run, "gnn": cmd_gnn, "losemb": cmd_losemb, "timing": cmd_timing, "tune": cmd_tune, "zeroshot": cmd_zeroshot,
-     "render": lambda a: render()}[args.cmd](args)
+     "render": lambda a: render(page=a.page)}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,15 @@
-"""Read/write benchmarks/results/<name>.json ({"rows": [...]}) and render the README table."""
+"""Read/write benchmarks/results/<name>.json ({"rows": [...]}) and write generated tables into pages.
+
+A generated table lives in a markdown page (README.md or a docs/ page) between two markers:
+
+    <!-- name:start -->
+    ...generated text...
+    <!-- name:end -->
+
+``write_block(page, name, text)`` replaces only what lies between the markers of ``name`` on
+``page``; everything else on the page is hand-written and kept. Each benchmarks/*.py script has a
+``render(page=...)`` step whose default page is the one its blocks live on today.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +21,9 @@ from pathlib import Path
 import torch
 
 RESULTS = Path(__file__).resolve().parent / "results"
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
 _KEY = ("method", "dataset", "split", "setting")
 
 
@@ -45,10 +58,36 @@ def quality_table(rows: list[dict], extra: tuple[str, ...] = ()) -> str:
     return "\n".join(lines)
 
 
-def write_readme_table(marker: str, text: str) -> None:
-    """Replace the block between <!-- {marker}:start --> and <!-- {marker}:end --> in README.md."""
-    readme = README.read_text()
-    pattern = re.compile(rf"(<!-- {marker}:start -->\n).*?(<!-- {marker}:end -->)", re.S)
-    if not pattern.search(readme):
-        raise SystemExit(f"README.md has no <!-- {marker}:start --> ... <!-- {marker}:end --> block")
-    README.write_text(pattern.sub(lambda m: m.group(1) + text + "\n" + m.group(2), readme))
+def page_path(page: str | Path) -> Path:
+    """``page`` as given, or relative to the repository root when it is a relative path that does
+    not exist from the current directory (so ``docs/results.md`` works from anywhere)."""
+    path = Path(page)
+    if path.is_absolute() or path.exists():
+        return path
+    return ROOT / path
+
+
+def block_pattern(marker: str) -> re.Pattern:
+    return re.compile(rf"(<!-- {re.escape(marker)}:start -->\n)(.*?)(<!-- {re.escape(marker)}:end -->)", re.S)
+
+
+def read_block(page: str | Path, marker: str) -> str:
+    """The text between ``<!-- marker:start -->`` and ``<!-- marker:end -->`` on ``page``."""
+    path = page_path(page)
+    found = block_pattern(marker).findall(path.read_text())
+    if len(found) != 1:
+        raise SystemExit(f"{path}: expected one <!-- {marker}:start --> ... <!-- {marker}:end --> block, "
+                         f"found {len(found)}")
+    return found[0][1]
+
+
+def write_block(page: str | Path, marker: str, text: str) -> Path:
+    """Replace the block between <!-- {marker}:start --> and <!-- {marker}:end --> on ``page``
+    (README.md or a docs/ page); the rest of the page is left as it is. Returns the page's path."""
+    path = page_path(page)
+    read_block(path, marker)  # exactly one such block, or a clear error
+    old = path.read_text()
+    new = block_pattern(marker).sub(lambda m: m.group(1) + text.rstrip("\n") + "\n" + m.group(3), old)
+    if new != old:
+        path.write_text(new)
+    return path

@@ -6,11 +6,15 @@
 2. dense re-evaluation with a warm embedding cache vs cold (all-MiniLM-L6-v2, ToolLens test);
 3. exact top-k (matmul + deterministic top-k in torch) vs FAISS IndexFlatIP over 50k random
    384-d unit vectors, 256 queries, k=100.
-Rows go to benchmarks/results/baselines.json (setting "speed:*") and the README speed table.
+Rows go to benchmarks/results/baselines.json (setting "speed:*") and the ``speed`` table on docs/results.md.
+
+    python benchmarks/speed.py --render-only [--page docs/results.md]   # only the table, from the file
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import shutil
 import statistics
@@ -25,15 +29,18 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import torch  # noqa: E402
-from results_io import machine, upsert, write_readme_table  # noqa: E402
+from results_io import DOCS, RESULTS, machine, upsert, write_block  # noqa: E402
 
 from toolgraph.config import EvaluateConfig, load_config  # noqa: E402
-from toolgraph.evaluation import evaluate, prepare_dataset  # noqa: E402
+from toolgraph.data import prepare_dataset  # noqa: E402
+from toolgraph.evaluation import evaluate  # noqa: E402
 from toolgraph.retrieval import build_retriever  # noqa: E402
 from toolgraph.retrieval.topk import topk  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CMD = "python benchmarks/speed.py"
+PAGE = DOCS / "results.md"  # where the speed block lives
+ORDER = ("speed:e2e-eval", "speed:topk-vs-faiss", "speed:embedding-cache")  # table rows, in this order
 
 
 def timed(fn: Callable[[], object], repeats: int, warmup: int = 1) -> list[float]:
@@ -105,21 +112,32 @@ def exact_vs_faiss() -> dict:
             "note": f"256 queries, k=100, {machine()}, faiss threads {faiss.omp_get_max_threads()}"}
 
 
-def main() -> None:
-    rows = []
-    for fn in (bm25_end_to_end, exact_vs_faiss, dense_cache):
-        row = fn()
-        row.setdefault("encoder", None)
-        row["command"] = CMD
-        rows.append(row)
-        print(row["setting"], row["metrics"], flush=True)
-    path = upsert("baselines", rows)
+def render(page: str | Path = PAGE) -> None:
+    """The speed table of ``page``: the ``speed:*`` rows this script writes to baselines.json."""
+    rows = json.loads((RESULTS / "baselines.json").read_text())["rows"]
+    rows = sorted((r for r in rows if r["setting"] in ORDER), key=lambda r: ORDER.index(r["setting"]))
     lines = ["| what | figures (medians, one run) |", "|---|---|"]
     for r in rows:
         lines.append(f"| {r['setting']} ({r['dataset']}) | "
                      + ", ".join(f"{k}={v}" for k, v in r["metrics"].items()) + " |")
-    write_readme_table("speed", "\n".join(lines))
-    print(f"wrote {path}")
+    write_block(page, "speed", "\n".join(lines))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--page", type=Path, default=PAGE, help="page with the speed block")
+    ap.add_argument("--render-only", action="store_true", help="only rewrite the table from the results file")
+    args = ap.parse_args()
+    if not args.render_only:
+        rows = []
+        for fn in (bm25_end_to_end, exact_vs_faiss, dense_cache):
+            row = fn()
+            row.setdefault("encoder", None)
+            row["command"] = CMD
+            rows.append(row)
+            print(row["setting"], row["metrics"], flush=True)
+        print(f"wrote {upsert('baselines', rows)}")
+    render(args.page)
 
 
 if __name__ == "__main__":

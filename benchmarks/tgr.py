@@ -8,8 +8,10 @@
     python benchmarks/tgr.py graph GRAPH_DIR --command "toolgraph graph build ..."
     # candidate coverage only (no discriminator): link retriever vs plain embedding, several M
     python benchmarks/tgr.py candidates --dataset seal-tools --links RUN_OR_RETRIEVER --ms 10 20 50 100
+    # the tables again, from the results file
+    python benchmarks/tgr.py render [--page docs/dependencies.md]
 
-Rows go to benchmarks/results/tgr.json and the README (markers ``tgr-discriminator``,
+Rows go to benchmarks/results/tgr.json and the tables on docs/dependencies.md (markers ``tgr-discriminator``,
 ``tgr-retrieval``, ``tgr-graph``).
 """
 
@@ -26,9 +28,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from results_io import RESULTS, machine, upsert, write_readme_table  # noqa: E402
+from results_io import DOCS, RESULTS, machine, upsert, write_block  # noqa: E402
 
 NAME = "tgr"
+PAGE = DOCS / "dependencies.md"  # where the tgr-* blocks live
 RETRIEVAL_METRICS = ("recall@5", "recall@10", "ndcg@5", "ndcg@10", "pass@5", "pass@10")
 GRAPH_METRICS = ("tools", "pairs_scored", "fraction_of_n_squared", "gold_edges", "gold_pairs_in_candidates",
                  "gold_edges_recovered", "edges_kept", "edge_precision", "seconds_candidates", "seconds_scoring",
@@ -53,7 +56,7 @@ def discriminator(args: argparse.Namespace) -> None:
     if (args.run / "logs" / "metrics.csv").is_file():
         row["val_curve"] = _val_curve(args.run)
     upsert(NAME, [row])
-    render()
+    render(page=args.page)
     print(json.dumps({k: row[k] for k in ("setting", "metrics", "training_steps")}))
 
 
@@ -61,7 +64,7 @@ def retest(checkpoint: str) -> dict:
     """The discriminator test report of a checkpoint (Lightning test on its own TDI test set)."""
     import lightning as L
 
-    from toolgraph.inference import load_task
+    from toolgraph.retrieval.loading import load_task
 
     task = load_task(checkpoint)
     dm = task.datamodule_for(task.cfg)
@@ -91,7 +94,7 @@ def retrieval(args: argparse.Namespace) -> None:
     if args.note:
         row["note"] = args.note
     upsert(NAME, [row])
-    render()
+    render(page=args.page)
     print(json.dumps({k: row[k] for k in ("method", "dataset", "setting", "metrics")}))
 
 
@@ -103,7 +106,7 @@ def graph(args: argparse.Namespace) -> None:
            "encoder": "all-MiniLM-L6-v2", "metrics": {k: stats[k] for k in GRAPH_METRICS},
            "threshold": c["threshold"], "machine": machine(), "command": args.command}
     upsert(NAME, [row])
-    render()
+    render(page=args.page)
     print(json.dumps(row["metrics"]))
 
 
@@ -111,8 +114,8 @@ def candidates(args: argparse.Namespace) -> None:
     """Coverage of the gold dependencies by the candidate pairs alone, for several M."""
     import toolgraph  # noqa: F401
     from toolgraph.data import load_dataset
+    from toolgraph.data.schema import natural_key
     from toolgraph.depgraph import GraphConfig, candidate_pairs, gold_coverage, propose_links
-    from toolgraph.retrieval.base import natural_key
     from toolgraph.retrieval.dense import DenseConfig, DenseRetriever
 
     ds = load_dataset(args.dataset)
@@ -142,10 +145,11 @@ def candidates(args: argparse.Namespace) -> None:
                          "command": args.command})
             print(kind, m, metrics, flush=True)
     upsert(NAME, rows)
-    render()
+    render(page=args.page)
 
 
-def render() -> None:
+def render(page: str | Path = PAGE) -> None:
+    """The tgr-* tables of ``page`` from the results file."""
     path = RESULTS / f"{NAME}.json"
     rows = json.loads(path.read_text())["rows"] if path.exists() else []
     disc = [r for r in rows if r["method"] == "discriminator"]
@@ -161,7 +165,7 @@ def render() -> None:
         if r.get("per_source"):
             parts = ", ".join(f"{k} {v['macro_f1']:.3f} ({v['pairs']} pairs)" for k, v in r["per_source"].items())
             lines.append(f"\n{r['setting']}: macro-F1 per source — {parts}.")
-    write_readme_table("tgr-discriminator", "\n".join(lines))
+    write_block(page, "tgr-discriminator", "\n".join(lines))
     ret = sorted((r for r in rows if r["method"] in ("dense", "tgr")),
                  key=lambda r: (r["dataset"], r["encoder"], r["method"] != "dense", r["setting"]))
     lines = ["| dataset | encoder | method | setting | " + " | ".join(RETRIEVAL_METRICS) + " |",
@@ -169,7 +173,7 @@ def render() -> None:
     for r in ret:
         cells = " | ".join(f"{r['metrics'][k]:.3f}" for k in RETRIEVAL_METRICS)
         lines.append(f"| {r['dataset']} | {r['encoder']} | {r['method']} | {r['setting']} | {cells} |")
-    write_readme_table("tgr-retrieval", "\n".join(lines))
+    write_block(page, "tgr-retrieval", "\n".join(lines))
     lines = ["| dataset | candidates | pairs scored | % of N² | gold pairs among candidates | gold edges recovered "
              "(p≥thr) | edges kept | edge precision | seconds (candidates + scoring) |", "|---|---|---|---|---|---|---|---|---|"]
     def order(r: dict) -> tuple:
@@ -186,7 +190,7 @@ def render() -> None:
         elif r["method"] == "candidates":
             lines.append(f"| {r['dataset']} | {r['setting']} (no scoring) | {m['pairs']} | "
                          f"{100 * m['fraction_of_n_squared']:.2f} | {m['gold_pairs_in_candidates']:.3f} | – | – | – | – |")
-    write_readme_table("tgr-graph", "\n".join(lines))
+    write_block(page, "tgr-graph", "\n".join(lines))
 
 
 def main() -> None:
@@ -213,9 +217,11 @@ def main() -> None:
     c.add_argument("--tool-text", default="io")
     c.add_argument("--command", required=True)
     sub.add_parser("render")
+    for sp in sub.choices.values():
+        sp.add_argument("--page", type=Path, default=PAGE, help="page with the tgr-* blocks")
     args = p.parse_args()
     {"discriminator": discriminator, "retrieval": retrieval, "graph": graph, "candidates": candidates,
-     "render": lambda a: render()}[args.cmd](args)
+     "render": lambda a: render(page=a.page)}[args.cmd](args)
 
 
 if __name__ == "__main__":

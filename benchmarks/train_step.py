@@ -2,10 +2,13 @@
 loss, optimizer and schedule (all-MiniLM-L6-v2, ToolLens, batch 32 queries + 32 tools).
 
     python benchmarks/train_step.py [--steps 15] [--encoder all-MiniLM-L6-v2]
+    python benchmarks/train_step.py --render-only [--page docs/results.md]   # only the sentence, from the file
 
 Time per iteration = wall time between consecutive step ends (data, forward, backward, clip,
 optimizer, schedule, logging). Median over the steps after the first two (warm-up). The two runs
-alternate in blocks (Lightning, plain, Lightning, plain) to spread machine noise over both.
+alternate in blocks (Lightning, plain, Lightning, plain) to spread machine noise over both. The row
+goes to benchmarks/results/training_core.json (setting speed:train-step), the sentence to the
+``trainstep`` block of docs/results.md.
 """
 
 from __future__ import annotations
@@ -23,16 +26,17 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 
 import lightning as L  # noqa: E402
 import torch  # noqa: E402
-from results_io import machine, upsert, write_readme_table  # noqa: E402
+from results_io import DOCS, RESULTS, machine, upsert, write_block  # noqa: E402
 
 from toolgraph.config import load_config, to_dict  # noqa: E402
-from toolgraph.evaluation import prepare_dataset  # noqa: E402
+from toolgraph.data import prepare_dataset  # noqa: E402
 from toolgraph.nn.losses import false_negative_mask, info_nce  # noqa: E402
 from toolgraph.tasks.base import lr_lambda  # noqa: E402
 from toolgraph.tasks.bi_encoder import BiEncoderTask  # noqa: E402
 from toolgraph.training import TrainConfig  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
+PAGE = DOCS / "results.md"  # where the trainstep block lives
 
 
 class StepTimer(L.Callback):
@@ -82,11 +86,29 @@ def plain_run(cfg: TrainConfig, steps: int) -> list[float]:
     return [b - a for a, b in zip(ends, ends[1:])]
 
 
+def render(page: str | Path = PAGE) -> None:
+    """The trainstep sentence of ``page`` from the speed:train-step row of training_core.json."""
+    import json
+
+    rows = json.loads((RESULTS / "training_core.json").read_text())["rows"]
+    row = next(r for r in rows if r["setting"] == "speed:train-step")
+    m = row["metrics"]
+    write_block(page, "trainstep", f"Training step, Lightning task vs a plain PyTorch loop (same model, batches, loss, "
+                                   f"optimizer; `python benchmarks/train_step.py`): {m['lightning_s_median']} s vs "
+                                   f"{m['plain_torch_s_median']} s median per step, ratio **{m['ratio']}** "
+                                   f"({m['lightning_steps']} + {m['plain_steps']} steps, {row['note']}).")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=15)
     ap.add_argument("--encoder", default="all-MiniLM-L6-v2")
+    ap.add_argument("--page", type=Path, default=PAGE, help="page with the trainstep block")
+    ap.add_argument("--render-only", action="store_true", help="only rewrite the sentence from the results file")
     args = ap.parse_args()
+    if args.render_only:
+        render(args.page)
+        return
     cfg = load_config(TrainConfig, [ROOT / "configs/bi_encoder_toollens.yaml"], [f"model.encoder={args.encoder}"])
     light, plain = [], []
     for _ in range(2):
@@ -102,11 +124,7 @@ def main() -> None:
            "command": "python benchmarks/train_step.py"}
     print(row["metrics"])
     upsert("training_core", [row])
-    m = row["metrics"]
-    write_readme_table("trainstep", f"Training step, Lightning task vs a plain PyTorch loop (same model, batches, loss, "
-                                    f"optimizer; `python benchmarks/train_step.py`): {m['lightning_s_median']} s vs "
-                                    f"{m['plain_torch_s_median']} s median per step, ratio **{m['ratio']}** "
-                                    f"({m['lightning_steps']} + {m['plain_steps']} steps, {row['note']}).")
+    render(args.page)
     print("wrote benchmarks/results/training_core.json")
 
 

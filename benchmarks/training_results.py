@@ -1,7 +1,9 @@
-"""Collect a finished train.py run into benchmarks/results/training_core.json and the README.
+"""Collect a finished train.py run into benchmarks/results/training_core.json and the ``training``
+table on docs/results.md.
 
     python benchmarks/training_results.py RUN_DIR --method bi_encoder --command "python train.py ..." \
         [--test-curve]   # also evaluate every kept checkpoint on the test split (test R@5 vs steps)
+    python benchmarks/training_results.py --render-only [--page docs/results.md]   # only the table
 
 Reads RUN_DIR/results.json (test metrics of the exported best checkpoint) and
 RUN_DIR/logs/metrics.csv (validation Recall@5 at every validation step).
@@ -19,7 +21,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from results_io import RESULTS, quality_table, upsert, write_readme_table  # noqa: E402
+from results_io import DOCS, RESULTS, quality_table, upsert, write_block  # noqa: E402
+
+PAGE = DOCS / "results.md"  # where the training block lives
 
 
 def val_curve(run: Path) -> list[dict]:
@@ -34,7 +38,7 @@ def test_curve(run: Path) -> list[dict]:
 
     from toolgraph.config import EvalConfig
     from toolgraph.evaluation import evaluate
-    from toolgraph.inference import load_task
+    from toolgraph.retrieval.loading import load_task
 
     out = []
     for ckpt in sorted((run / "checkpoints").glob("best-*.ckpt")):
@@ -47,21 +51,34 @@ def test_curve(run: Path) -> list[dict]:
 
 
 def _dataset(task):
-    from toolgraph.evaluation import prepare_dataset
+    from toolgraph.data import prepare_dataset
     from toolgraph.tasks.bi_encoder import instret_augment
 
     ds = prepare_dataset(task.cfg.data)
     return instret_augment(ds, task.model_cfg.instret_queries) if getattr(task.model_cfg, "instret", False) else ds
 
 
+def render(page: str | Path = PAGE) -> None:
+    """The training table of ``page``: every quality row of training_core.json."""
+    rows = [r for r in json.loads((RESULTS / "training_core.json").read_text())["rows"] if "recall@5" in r["metrics"]]
+    write_block(page, "training", quality_table(rows, extra=("training_steps", "seconds")))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("run", type=Path)
-    ap.add_argument("--method", required=True)
-    ap.add_argument("--command", required=True)
+    ap.add_argument("run", type=Path, nargs="?")
+    ap.add_argument("--method")
+    ap.add_argument("--command")
     ap.add_argument("--test-curve", action="store_true")
     ap.add_argument("--eval-dir", type=Path, help="take the test metrics from this evaluate.py --checkpoint output")
+    ap.add_argument("--page", type=Path, default=PAGE, help="page with the training block")
+    ap.add_argument("--render-only", action="store_true", help="only rewrite the table from the results file")
     args = ap.parse_args()
+    if args.render_only:
+        render(args.page)
+        return
+    if args.run is None or not args.method or not args.command:
+        ap.error("RUN, --method and --command are required (or --render-only)")
     res = json.loads((args.run / "results.json").read_text())
     if args.eval_dir:
         evaluated = json.loads((args.eval_dir / "results.json").read_text())
@@ -77,8 +94,7 @@ def main() -> None:
     if args.test_curve:
         row["test_curve"] = test_curve(args.run)
     upsert("training_core", [row])
-    rows = [r for r in json.loads((RESULTS / "training_core.json").read_text())["rows"] if "recall@5" in r["metrics"]]
-    write_readme_table("training", quality_table(rows, extra=("training_steps", "seconds")))
+    render(args.page)
     print(json.dumps({k: row[k] for k in ("method", "metrics", "training_steps", "val_curve", "seconds")}, indent=1))
 
 

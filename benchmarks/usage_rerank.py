@@ -4,8 +4,10 @@
     python benchmarks/usage_rerank.py add RUN_DIR --method refiner+mlc --setting standard --command "python train.py ..."
     # median latency per query of each stage (batch 1 and 64), refiner vs cross-encoder over 64 candidates
     python benchmarks/usage_rerank.py latency
+    # the tables again, from the results file
+    python benchmarks/usage_rerank.py render [--page docs/usage-and-rerank.md]
 
-Rows go to benchmarks/results/usage_rerank.json and the README tables (markers ``usage`` and
+Rows go to benchmarks/results/usage_rerank.json and the tables on docs/usage-and-rerank.md (markers ``usage`` and
 ``usage-speed``). Latency is independent of trained weights, so it uses pretrained MiniLM
 everywhere (the rerank heads are freshly initialised); medians and ratios come from one run.
 """
@@ -24,9 +26,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from results_io import RESULTS, machine, quality_table, upsert, write_readme_table  # noqa: E402
+from results_io import DOCS, RESULTS, machine, quality_table, upsert, write_block  # noqa: E402
 
 NAME = "usage_rerank"
+PAGE = DOCS / "usage-and-rerank.md"  # where the usage and usage-speed blocks live
 
 
 def add(args: argparse.Namespace) -> None:
@@ -58,14 +61,15 @@ def add(args: argparse.Namespace) -> None:
 
         row["test_curve"] = test_curve(args.run)
     upsert(NAME, [row])
-    render()
+    render(page=args.page)
     print(json.dumps({k: row.get(k) for k in ("method", "setting", "metrics", "training_steps", "seconds")}))
 
 
-def render() -> None:
+def render(page: str | Path = PAGE) -> None:
+    """The usage and usage-speed tables of ``page`` from the results file."""
     rows = json.loads((RESULTS / f"{NAME}.json").read_text())["rows"]
     quality = [r for r in rows if "recall@5" in r["metrics"]]
-    write_readme_table("usage", quality_table(quality, extra=("training_steps", "seconds")))
+    write_block(page, "usage", quality_table(quality, extra=("training_steps", "seconds")))
     speed = [r for r in rows if r["setting"].startswith("latency")]
     lines = []
     if speed:
@@ -80,14 +84,14 @@ def render() -> None:
                      f"runs): {m['refiner_ms']} ms vs {m['cross_encoder_ms']} ms per query, **{m['ratio']}x** "
                      f"({ratio['machine']}).")
     if lines:
-        write_readme_table("usage-speed", "\n".join(lines).strip())
+        write_block(page, "usage-speed", "\n".join(lines).strip())
 
 
 def latency(args: argparse.Namespace) -> None:
     import torch
 
     from toolgraph.config import DataConfig
-    from toolgraph.evaluation import prepare_dataset
+    from toolgraph.data import prepare_dataset
     from toolgraph.nn.encoder import TextEncoder, load_backbone
     from toolgraph.nn.heads import ToolClassifier
     from toolgraph.nn.rerankers import PairScorer, ToolRefiner
@@ -178,7 +182,7 @@ def latency(args: argparse.Namespace) -> None:
                  "command": "python benchmarks/usage_rerank.py latency"})
     print(rows[-1]["metrics"])
     upsert(NAME, rows)
-    render()
+    render(page=args.page)
 
 
 def main() -> None:
@@ -200,6 +204,10 @@ def main() -> None:
     lat.add_argument("--repeats-b64", type=int, default=3)
     lat.add_argument("--ratio-only", action="store_true", help="only the refiner vs cross-encoder ratio")
     lat.set_defaults(fn=latency)
+    ren = sub.add_parser("render")
+    ren.set_defaults(fn=lambda a: render(page=a.page))
+    for sp in sub.choices.values():
+        sp.add_argument("--page", type=Path, default=PAGE, help="page with the usage and usage-speed blocks")
     args = ap.parse_args()
     args.fn(args)
 

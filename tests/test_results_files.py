@@ -1,8 +1,10 @@
-"""Committed figures: every results row says what it is and the command that made it, and the
-README tables generated from a file agree with it."""
+"""Committed figures: every results row says what it is and the command that made it, and every
+generated table (README.md and docs/*.md, between <!-- name:start --> and <!-- name:end -->) equals
+what its benchmarks/ render step writes from the results files."""
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -23,41 +25,78 @@ def test_rows_have_the_documented_shape_and_a_command(path):
     assert len(keys) == len(set(keys)), f"{path.name}: duplicate (method, dataset, split, setting, encoder)"
 
 
-def test_usage_table_in_readme_is_generated_from_its_results_file():
-    import sys
-
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from results_io import quality_table
-
-    rows = json.loads((ROOT / "benchmarks/results/usage_rerank.json").read_text())["rows"]
-    table = quality_table([r for r in rows if "recall@5" in r["metrics"]], extra=("training_steps", "seconds"))
-    readme = (ROOT / "README.md").read_text()
-    block = re.search(r"<!-- usage:start -->\n(.*?)<!-- usage:end -->", readme, re.S).group(1)
-    assert block.strip() == table.strip()
-
-
-GENERATED_TABLES = {
-    "tgr": ({}, {"tgr-discriminator", "tgr-retrieval", "tgr-graph"}),
-    "inductive": ({"save": False}, {"inductive-main", "inductive-ablation", "inductive-kl", "inductive-timing"}),
-    "agents": ({}, {"agents-main", "agents-variants", "agents-mcp-layout", "agents-serving"}),
+# script in benchmarks/ -> (render kwargs, the page its blocks live on, the blocks it writes)
+GENERATED = {
+    "headline": ({}, "README.md", {"headline"}),
+    "datasets": ({}, "docs/data.md", {"datasets"}),
+    "baselines": ({}, "docs/results.md", {"baselines"}),
+    "speed": ({}, "docs/results.md", {"speed"}),
+    "training_results": ({}, "docs/results.md", {"training"}),
+    "train_step": ({}, "docs/results.md", {"trainstep"}),
+    "usage_rerank": ({}, "docs/usage-and-rerank.md", {"usage", "usage-speed"}),
+    "tgr": ({}, "docs/dependencies.md", {"tgr-discriminator", "tgr-retrieval", "tgr-graph"}),
+    "inductive": ({"save": False}, "docs/graph.md",
+                  {"inductive-main", "inductive-ablation", "inductive-kl", "inductive-timing"}),
+    "agents": ({}, "docs/agents-and-serving.md", {"agents-main", "agents-variants", "agents-mcp-layout", "agents-serving"}),
 }
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+MARKER = re.compile(r"<!-- ([\w-]+):start -->")
 
 
-@pytest.mark.parametrize("script", sorted(GENERATED_TABLES))
-def test_readme_tables_are_generated_from_their_results_file(script, monkeypatch):
-    import importlib
+def _script(name: str, monkeypatch):
+    """benchmarks/<name>.py as a module (loaded by path: names like ``datasets`` are taken elsewhere)."""
+    import importlib.util
 
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    module = importlib.import_module(script)
-    kwargs, markers = GENERATED_TABLES[script]
+    spec = importlib.util.spec_from_file_location(f"_benchmark_{name}", ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("script", sorted(GENERATED))
+def test_generated_blocks_equal_what_their_render_step_writes(script, monkeypatch):
+    """Each render step, run with the page writer replaced, writes exactly its blocks, to the page
+    where they live, and each block there already holds that text: page and results file agree."""
+    module = _script(script, monkeypatch)
+    from results_io import page_path, read_block
+
+    kwargs, page, markers = GENERATED[script]
     written = {}
-    monkeypatch.setattr(module, "write_readme_table", lambda marker, text: written.__setitem__(marker, text))
+    monkeypatch.setattr(module, "write_block", lambda p, marker, text: written.__setitem__(marker, (p, text)))
     module.render(**kwargs)
-    readme = (ROOT / "README.md").read_text()
     assert set(written) == markers
-    for marker, text in written.items():
-        block = re.search(rf"<!-- {marker}:start -->\n(.*?)<!-- {marker}:end -->", readme, re.S).group(1)
-        assert block.strip() == text.strip(), marker
+    for marker, (p, text) in written.items():
+        assert page_path(p).resolve() == (ROOT / page).resolve(), f"{script}.render writes {marker} to {p}, not {page}"
+        assert read_block(ROOT / page, marker).strip() == text.strip(), f"{page}: block {marker} is stale; run {script}"
+
+
+def test_every_marker_block_has_a_render_step_and_lives_on_one_page():
+    owner = {m: page for _, page, markers in GENERATED.values() for m in markers}
+    seen: dict[str, list[str]] = {}
+    for path in PAGES:
+        text = re.sub(r"^```.*?^```", "", path.read_text(), flags=re.S | re.M)  # examples in code fences
+        rel = path.relative_to(ROOT).as_posix()
+        for marker in MARKER.findall(text):
+            assert text.count(f"<!-- {marker}:end -->") == 1, f"{rel}: {marker} has no single end marker"
+            seen.setdefault(marker, []).append(rel)
+    assert {m: pages for m, pages in seen.items() if len(pages) > 1} == {}
+    assert {m: pages[0] for m, pages in seen.items()} == owner
+
+
+def test_write_block_rewrites_only_its_block(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    from results_io import read_block, write_block
+
+    page = tmp_path / "page.md"
+    page.write_text("intro\n<!-- a:start -->\nold a\n<!-- a:end -->\nmiddle\n<!-- b:start -->\nold b\n<!-- b:end -->\n")
+    write_block(page, "a", "new a\n| x |")
+    assert page.read_text() == ("intro\n<!-- a:start -->\nnew a\n| x |\n<!-- a:end -->\nmiddle\n"
+                                "<!-- b:start -->\nold b\n<!-- b:end -->\n")
+    assert read_block(page, "b") == "old b\n"
+    with pytest.raises(SystemExit, match="c:start"):
+        write_block(page, "c", "text")
 
 
 def test_serving_rows_have_no_errors_and_sync_encodes_only_the_changed_tools():

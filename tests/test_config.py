@@ -1,5 +1,6 @@
 """Strict config merging: unknown keys and wrong types fail naming the key and the file."""
 
+import re
 import time
 from pathlib import Path
 
@@ -156,3 +157,41 @@ def test_unknown_option_of_a_registered_adapter_names_it(data_root):
 
     with pytest.raises(ConfigError, match=r"data.options: unknown option\(s\) \['val_fracton'\] for dataset 'toollens'"):
         load_dataset("toollens", data_root, val_fracton=0.2)
+
+
+@pytest.mark.parametrize("schema, files, override, key", [
+    ("eval", [{"retriever": {"name": "dense"}}], "retriever.index=annoy", "retriever.index"),
+    ("eval", [{"retriever": {"name": "t2a"}}], "retriever.scorer=max", "retriever.scorer"),
+    ("eval", [{"retriever": {"name": "tgr"}}], "retriever.direction=up", "retriever.direction"),
+    ("eval", [], "retriever.tool_text=html", "retriever.tool_text"),
+    ("eval", [], "eval.metrics=[recall,f1]", "eval.metrics"),
+    ("eval", [], "eval.step_merge=mean", "eval.step_merge"),
+    ("eval", [], "data.setting=inductive", "data.setting"),
+    ("train", [{"model": {"name": "mlc"}}], "model.loss=focal", "model.loss"),
+    ("train", [{"model": {"name": "graph"}}], "model.gnn=gcn", "model.gnn"),
+    ("train", [{"model": {"name": "graph"}}], "model.edges=[invokes,likes]", "model.edges"),
+    ("train", [], "optim.schedule=step", "optim.schedule"),
+    ("train", [], "trainer.precision=8-bit", "trainer.precision"),
+    ("train", [], "checkpoint.mode=best", "checkpoint.mode"),
+])
+def test_allowed_values_are_checked_when_the_config_loads(schema, files, override, key):
+    """Choices are Literal[...] types: a wrong one fails at load time (before any model is built),
+    naming the key and the override it came from."""
+    from toolgraph.training import TrainConfig
+
+    with pytest.raises(ConfigError, match=re.escape(key)):
+        load_config(EvaluateConfig if schema == "eval" else TrainConfig, files, [override])
+
+
+def test_defaults_list_merges_presets_first_relative_to_the_file(tmp_path):
+    (tmp_path / "presets").mkdir()
+    (tmp_path / "presets" / "base.yaml").write_text("retriever: {name: bm25, k1: 1.2}\neval: {ks: [1, 5]}\n")
+    (tmp_path / "run.yaml").write_text("defaults: [presets/base.yaml]\ndata: {name: metatool}\nretriever: {k1: 0.9}\n")
+    cfg = load_config(EvaluateConfig, [tmp_path / "run.yaml"])
+    assert (cfg.data.name, cfg.retriever.name, cfg.retriever.k1, cfg.eval.ks) == ("metatool", "bm25", 0.9, [1, 5])
+    (tmp_path / "loop.yaml").write_text("defaults: [loop.yaml]\n")
+    with pytest.raises(ConfigError, match="cycle"):
+        load_config(EvaluateConfig, [tmp_path / "loop.yaml"])
+    (tmp_path / "missing.yaml").write_text("defaults: [nowhere.yaml]\n")
+    with pytest.raises(ConfigError, match="nowhere.yaml: config file not found"):
+        load_config(EvaluateConfig, [tmp_path / "missing.yaml"])

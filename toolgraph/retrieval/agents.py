@@ -35,7 +35,7 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import bm25s
 import numpy as np
@@ -43,6 +43,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
+from toolgraph.config import StepMerge
 from toolgraph.data.formats import iter_jsonl
 from toolgraph.data.schema import Agent, Tool, ToolDataset, natural_key
 from toolgraph.errors import ConfigError, DataError
@@ -52,8 +53,6 @@ from toolgraph.retrieval.pipeline import _save_with
 from toolgraph.retrieval.steps import merged_scores, ranks
 from toolgraph.retrieval.topk import topk
 
-SCORERS = ("dense", "bm25", "rrf", "weighted_rrf")
-AGENT_TEXTS = ("description", "description+tools")
 NONE = -1.0e9  # score of an agent with no entity (no tools, not indexed)
 
 
@@ -61,16 +60,16 @@ NONE = -1.0e9  # score of an agent with no entity (no tools, not indexed)
 class AgentRetrieverConfig(RetrieverConfig):
     name: str = "t2a"
     dense: Any = None  # dense retriever: path or config dict (None: {name: dense, max_length: 128})
-    scorer: str = "rrf"  # dense | bm25 | rrf | weighted_rrf
+    scorer: Literal["dense", "bm25", "rrf", "weighted_rrf"] = "rrf"
     rrf_k: int = 60
     dense_weight: float = 1.0
     bm25_weight: float = 1.0
     agent_weight: float = 1.0  # weighted_rrf: weight of agent entities
     tool_weight: float = 1.0  # weighted_rrf: weight of tool entities
-    agent_text: str = "description"  # description | description+tools (agent text lists its tool names)
+    agent_text: Literal["description", "description+tools"] = "description"  # +tools: lists its tool names
     route_agents: int = 3  # tool-level output: tools of this many best agents come first
     servers: int = 5  # mcp_zero: servers kept at the first stage
-    step_merge: str = "max"  # max | interleave | rrf (retrieval/steps.py)
+    step_merge: StepMerge = "max"  # retrieval/steps.py
 
 
 def content_hash(obj: Tool | Agent) -> str:
@@ -90,10 +89,6 @@ class AgentRetriever(Retriever):
     def __init__(self, config: AgentRetrieverConfig | None = None, dense: Retriever | None = None):
         super().__init__(config)
         c = self.config
-        if c.scorer not in SCORERS:
-            raise ConfigError(f"retriever.scorer: {c.scorer!r} is not one of {SCORERS}")
-        if c.agent_text not in AGENT_TEXTS:
-            raise ConfigError(f"retriever.agent_text: {c.agent_text!r} is not one of {AGENT_TEXTS}")
         if c.route_agents < 1 or c.servers < 1:
             raise ConfigError("retriever.route_agents and retriever.servers must be >= 1")
         self._dense = dense

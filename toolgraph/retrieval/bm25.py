@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import bm25s
 import numpy as np
@@ -17,7 +18,7 @@ class BM25Config(RetrieverConfig):
     name: str = "bm25"
     k1: float = 1.5
     b: float = 0.75
-    method: str = "lucene"  # bm25s variants: lucene | robertson | atire | bm25l | bm25+
+    method: Literal["lucene", "robertson", "atire", "bm25l", "bm25+"] = "lucene"  # bm25s variants
     stopwords: str | None = "en"  # bm25s stopword list, or null
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -27,7 +28,7 @@ class ClassifierRetrieverConfig(DenseConfig):
     name: str = "mlc"
     model: str = "encoder"  # the fine-tuned encoder folder (relative to the saved retriever)
     normalize: bool = False
-    unseen: str = "bottom"  # bottom | error: tools the head has no output for
+    unseen: Literal["bottom", "error"] = "bottom"  # tools the head has no output for: ranked last, or an error
 
 
 @RETRIEVERS.register("mlc")
@@ -38,8 +39,6 @@ class ClassifierRetriever(DenseRetriever):
     def __init__(self, config: ClassifierRetrieverConfig | None = None, encoder=None, tokenizer=None,
                  head: torch.nn.Linear | None = None, head_tools: list[str] | None = None):
         super().__init__(config, encoder=encoder, tokenizer=tokenizer)
-        if self.config.unseen not in ("bottom", "error"):
-            raise ValueError(f"retriever.unseen must be 'bottom' or 'error', got {self.config.unseen!r}")
         self.weight = head.weight.detach().cpu().clone() if head is not None else torch.zeros(0, 0)  # [T, H]
         self.bias = head.bias.detach().cpu().clone() if head is not None else torch.zeros(0)  # [T]
         self.head_tools = list(head_tools or [])

@@ -12,14 +12,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
 
 from toolgraph.data.formats import read_edges
 from toolgraph.data.schema import ToolDataset
-from toolgraph.errors import ConfigError
-from toolgraph.nn.propagate import DIRECTIONS, gcn_smooth
+from toolgraph.nn.propagate import gcn_smooth
 from toolgraph.registry import RETRIEVERS
 from toolgraph.retrieval.dense import DenseConfig, DenseRetriever
 
@@ -31,7 +31,7 @@ class TGRConfig(DenseConfig):
     threshold: float = 0.5  # edge-file probability at or above which an edge is kept
     max_prerequisites: int | None = None  # edge file: keep each tool's k most probable prerequisites
     layers: int = 1
-    direction: str = "to_prerequisite"  # to_prerequisite | to_dependent | symmetric (nn/propagate.py)
+    direction: Literal["to_prerequisite", "to_dependent", "symmetric"] = "to_prerequisite"  # nn/propagate.py
 
 
 @RETRIEVERS.register("tgr")
@@ -41,8 +41,6 @@ class TGRRetriever(DenseRetriever):
 
     def __init__(self, config: TGRConfig | None = None, encoder=None, tokenizer=None):
         super().__init__(config, encoder, tokenizer)
-        if self.config.direction not in DIRECTIONS:
-            raise ConfigError(f"retriever.direction must be one of {DIRECTIONS}, got {self.config.direction!r}")
         self.edges: list[tuple[str, str]] = []  # (source needs target), by tool id
         if self.config.graph != "gold":
             self.edges = read_edges(self.config.graph, self.config.threshold, self.config.max_prerequisites)

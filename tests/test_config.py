@@ -16,6 +16,7 @@ EVAL_CONFIGS = sorted(ROOT.glob("configs/eval/*.yaml"))
 TRAIN_CONFIGS = sorted(ROOT.glob("configs/*.yaml"))
 CLUSTER_CONFIGS = sorted(ROOT.glob("configs/cluster/*.yaml"))
 SWEEPS = sorted(ROOT.glob("configs/sweeps/*.yaml"))
+RETRIEVER_PRESETS = sorted(ROOT.glob("configs/retriever/*.yaml"))
 
 
 def _write(tmp_path, text, name="c.yaml"):
@@ -90,14 +91,74 @@ def _ids(paths):
 
 
 def test_every_yaml_is_covered():
-    assert set(ROOT.glob("configs/**/*.yaml")) == set(EVAL_CONFIGS + TRAIN_CONFIGS + CLUSTER_CONFIGS + SWEEPS)
+    assert set(ROOT.glob("configs/**/*.yaml")) == set(EVAL_CONFIGS + TRAIN_CONFIGS + CLUSTER_CONFIGS + SWEEPS
+                                                      + RETRIEVER_PRESETS)
 
 
-@pytest.mark.parametrize("path", EVAL_CONFIGS, ids=_ids(EVAL_CONFIGS))
+@pytest.mark.parametrize("path", EVAL_CONFIGS + RETRIEVER_PRESETS, ids=_ids(EVAL_CONFIGS + RETRIEVER_PRESETS))
 def test_every_eval_yaml_is_valid(path):
     """Every YAML we ship is a test case (litgpt's config-hub test)."""
     cfg = load_config(EvaluateConfig, [path])
     assert cfg.data.name and cfg.retriever.name
+
+
+def _leaves(node, prefix=""):
+    """``key.path=value`` (value as JSON, which the override parser reads back) for each leaf."""
+    import json
+
+    for key, value in node.items():
+        if isinstance(value, dict) and value:
+            yield from _leaves(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}={json.dumps(value)}"
+
+
+def _preset_of(path):
+    import yaml
+
+    spec = yaml.safe_load(path.read_text())
+    presets = spec.pop("defaults", [])
+    return [(path.parent / p).resolve() for p in presets], spec
+
+
+THIN = [p for p in EVAL_CONFIGS if _preset_of(p)[0]]
+
+
+def test_retriever_presets_are_full_test_split_configs_and_the_eval_files_use_them():
+    import yaml
+
+    assert {p.stem for p in RETRIEVER_PRESETS} >= {"bm25", "minilm", "tgr", "t2a"}
+    for preset in RETRIEVER_PRESETS:
+        spec = yaml.safe_load(preset.read_text())
+        assert "defaults" not in spec and "name" not in spec["data"], preset  # the dataset is the caller's
+        assert spec["data"]["split"] == "test" and spec["retriever"]["name"] and spec["eval"]["ks"], preset
+    # every bm25_<dataset> / minilm_<dataset> eval file is a thin file over its preset
+    for path in EVAL_CONFIGS:
+        family = path.stem.split("_")[0]
+        if family in ("bm25", "minilm"):
+            assert _preset_of(path)[0] == [ROOT / "configs/retriever" / f"{family}.yaml"], path
+    assert {p for path in THIN for p in _preset_of(path)[0]} == set(RETRIEVER_PRESETS)
+
+
+@pytest.mark.parametrize("path", THIN, ids=_ids(THIN))
+def test_preset_with_a_dataset_gives_the_thin_eval_file(path):
+    """``--config configs/retriever/<preset>.yaml data.name=X [what the file sets]`` is the thin file, and
+    the thin file sets only what differs from its preset."""
+    from omegaconf import OmegaConf
+
+    (preset,), own = _preset_of(path)
+    assert "name" in own["data"]
+    assert load_config(EvaluateConfig, [preset], list(_leaves(own))) == load_config(EvaluateConfig, [path])
+    base = OmegaConf.create(_preset_of(preset)[1])
+    for item in _leaves(own):
+        key = item.split("=", 1)[0]
+        assert OmegaConf.select(base, key, default=None) != OmegaConf.select(OmegaConf.from_dotlist([item]), key), item
+
+
+@pytest.mark.parametrize("preset", ["bm25", "minilm"])
+def test_a_preset_with_data_name_matches_the_dataset_file(preset):
+    cfg = load_config(EvaluateConfig, [ROOT / f"configs/retriever/{preset}.yaml"], ["data.name=metatool"])
+    assert cfg == load_config(EvaluateConfig, [ROOT / f"configs/eval/{preset}_metatool.yaml"])
 
 
 @pytest.mark.parametrize("path", TRAIN_CONFIGS, ids=_ids(TRAIN_CONFIGS))

@@ -212,9 +212,10 @@ def cmd_index(args: argparse.Namespace) -> int:
     if args.retriever_config:
         from omegaconf import OmegaConf
 
-        from toolgraph.config import load_yaml
+        from toolgraph.config import yaml_sources
 
-        spec = OmegaConf.to_container(load_yaml(args.retriever_config))
+        # the file over the presets its defaults: list names, as --config reads it
+        spec = OmegaConf.to_container(OmegaConf.merge(*(node for _, node in yaml_sources(args.retriever_config))))
         spec = spec.get("retriever", spec)
     counts = sync_index(args.catalog, args.index, spec)
     print(json.dumps(counts))

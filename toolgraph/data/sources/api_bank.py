@@ -42,6 +42,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from toolgraph.data.schema import Dependency, Query, Tool, ToolDataset
+from toolgraph.data.sources._filter import QueryFilter, SkipReasons
 from toolgraph.data.sources.api_bank_read import (
     META_TOOL,
     Catalog,
@@ -58,10 +59,54 @@ from toolgraph.errors import ConfigError
 from toolgraph.registry import DATASETS
 
 TOKEN_ISSUER = "GetUserToken"
+_REASONS = SkipReasons(empty_text="dialogue with no User utterance",
+                       no_tools="dialogue whose only calls are ToolSearcher",
+                       unknown_tool="dialogue calling an API with no spec in the catalog",
+                       repeated_tool="repeated call of an API already in the dialogue's gold list",
+                       repeated_query="duplicate dialogue (same user text and gold APIs as an earlier one)")
+
+
+def _read(paths: dict, chosen: list[int], skipped: Counter) -> tuple[Catalog, list[Dialogue], dict[str, str]]:
+    """Every file, in the order that decides which spec of a name wins (see the module docstring): the
+    catalog, the dialogues (training, then the ``chosen`` test levels) and all_apis.csv's scenarios."""
+    cat = Catalog()
+    by_level = {1: read_test_level(paths[1], 1, cat, skipped), 2: read_test_level(paths[2], 2, cat, skipped),
+                3: read_level3(paths[3], cat, skipped)}
+    dialogues = read_train(paths["train"], cat, skipped)
+    harvest_responses(paths["responses"], cat, skipped)
+    scenario = read_csv(paths["csv"], cat, skipped)
+    for level, ds in by_level.items():
+        if level in chosen:
+            dialogues += ds
+        else:
+            skipped[f"level-{level} test dialogue left out by option levels"] += len(ds)
+    return cat, dialogues, scenario
+
+
+def _queries(dialogues: list[Dialogue], cat: Catalog, skipped: Counter) -> tuple[list[Query], dict[str, Dialogue]]:
+    """One query per dialogue that passes the filter (ToolSearcher steps left out), and its dialogue by id."""
+    filt = QueryFilter(_REASONS, skipped)
+    queries: list[Query] = []
+    kept: dict[str, Dialogue] = {}
+    for d in dialogues:
+        skipped["ToolSearcher call (retrieval meta-tool, not a gold tool)"] += d.steps.count(META_TOOL)
+        names = [s for s in d.steps if s != META_TOOL]
+        if None in names:
+            skipped["dialogue with an API-Request naming no API"] += 1
+            continue
+        gold = tuple(dict.fromkeys(names))
+        text = "\n".join(d.users)  # User utterances are stripped and non-empty: blank iff none
+        if filt.reject(text, gold, cat.specs) or filt.repeated((d.split, text, gold)):
+            continue
+        filt.keep((d.split, text, gold))
+        queries.append(Query(d.qid, text, filt.gold(names), d.split))
+        kept[d.qid] = d
+    return queries, kept
 
 
 def _edges(dialogues: list[Dialogue], cat: Catalog) -> dict[tuple[str, str], list[str]]:
-    """(consumer, producer) -> parameters whose value the producer's result handed to the consumer."""
+    """(consumer, producer) -> parameters whose value the producer's result handed to the consumer,
+    then the token rule: GetUserToken issues every token (see the module docstring)."""
     edges: dict[tuple[str, str], list[str]] = {}
     for d in dialogues:
         for j, (b, args, _) in enumerate(d.calls):
@@ -74,6 +119,9 @@ def _edges(dialogues: list[Dialogue], cat: Catalog) -> dict[tuple[str, str], lis
                         if p not in params:
                             params.append(p)
                         break
+    for name in cat.specs:
+        if TOKEN_ISSUER in cat.specs and name != TOKEN_ISSUER and "token" in cat.params(name, "input_parameters"):
+            edges.setdefault((name, TOKEN_ISSUER), ["token"])
     return edges
 
 
@@ -96,49 +144,11 @@ def load_api_bank(root: Path, levels: Sequence[int] = (1, 2, 3), val_fraction: f
              3: folder / "test-data" / "level-3.json", "train": folder / "training-data" / "lv3-api-train.json",
              "responses": folder / "training-data" / "lv3-response-train.json", "csv": folder / "data" / "all_apis.csv"}
     skipped: Counter = Counter()
-    cat = Catalog()
-    by_level = {1: read_test_level(paths[1], 1, cat, skipped), 2: read_test_level(paths[2], 2, cat, skipped),
-                3: read_level3(paths[3], cat, skipped)}
-    dialogues = read_train(paths["train"], cat, skipped)
-    harvest_responses(paths["responses"], cat, skipped)
-    scenario = read_csv(paths["csv"], cat, skipped)
-    for level, ds in by_level.items():
-        if level in chosen:
-            dialogues += ds
-        else:
-            skipped[f"level-{level} test dialogue left out by option levels"] += len(ds)
-
-    queries: list[Query] = []
-    kept: dict[str, Dialogue] = {}
-    seen: set[tuple[str, str, tuple[str, ...]]] = set()
-    for d in dialogues:
-        skipped["ToolSearcher call (retrieval meta-tool, not a gold tool)"] += d.steps.count(META_TOOL)
-        names = [s for s in d.steps if s != META_TOOL]
-        if None in names:
-            skipped["dialogue with an API-Request naming no API"] += 1
-            continue
-        gold = tuple(dict.fromkeys(names))
-        text = "\n".join(d.users)
-        if not text:
-            skipped["dialogue with no User utterance"] += 1
-        elif not gold:
-            skipped["dialogue whose only calls are ToolSearcher"] += 1
-        elif any(g not in cat.specs for g in gold):
-            skipped["dialogue calling an API with no spec in the catalog"] += 1
-        elif (d.split, text, gold) in seen:
-            skipped["duplicate dialogue (same user text and gold APIs as an earlier one)"] += 1
-        else:
-            seen.add((d.split, text, gold))
-            skipped["repeated call of an API already in the dialogue's gold list"] += len(names) - len(gold)
-            queries.append(Query(d.qid, text, gold, d.split))
-            kept[d.qid] = d
+    cat, dialogues, scenario = _read(paths, chosen, skipped)
+    queries, kept = _queries(dialogues, cat, skipped)
     queries = carve_val(queries, val_fraction, seed)
 
-    evidence = [replace(kept[q.id], split=q.split) for q in queries if q.split in dep_splits]
-    edges = _edges(evidence, cat)
-    for name in cat.specs:  # the token rule: GetUserToken issues every token (see the module docstring)
-        if TOKEN_ISSUER in cat.specs and name != TOKEN_ISSUER and "token" in cat.params(name, "input_parameters"):
-            edges.setdefault((name, TOKEN_ISSUER), ["token"])
+    edges = _edges([replace(kept[q.id], split=q.split) for q in queries if q.split in dep_splits], cat)
     deps = [Dependency(b, a, "token" if "token" in ps else "data") for (b, a), ps in edges.items()]
     tools = [Tool(n, n, s["description"], category=scenario.get(n) if csv_category else None,
                   parameters=s.get("input_parameters"), returns=s.get("output_parameters"))

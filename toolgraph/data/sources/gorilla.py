@@ -35,6 +35,7 @@ from pathlib import Path
 
 from toolgraph.data.formats import iter_jsonl, require_fields
 from toolgraph.data.schema import Agent, Query, Tool, ToolDataset
+from toolgraph.data.sources._filter import QueryFilter, SkipReasons
 from toolgraph.data.splits import carve_val
 from toolgraph.errors import DataError
 from toolgraph.registry import DATASETS
@@ -45,6 +46,8 @@ _DICT_PROMPT = re.compile(r"^\s*\{'Instruction':\s*(.*?),\s*'(?:Input|Output)':"
 _TORCH_REPO = re.compile(r"torch\.hub\.load\(\s*(?:repo_or_dir\s*=\s*)?['\"]([^'\"]+)['\"]")
 _TFHUB = re.compile(r"https?://tfhub\.dev/([^'\"\s)]+)")
 _HF_REPO = re.compile(r"(?<![\w.:/-])([A-Za-z0-9][\w.-]*/[\w.-]+)")
+_REASONS = SkipReasons(empty_text="record with an empty instruction",
+                       repeated_query="repeated instruction text (first kept, test file read first)")
 
 # key function: catalog row / api_data -> (tool id, tool name, agent id or None)
 KeyFn = Callable[[dict], tuple[str, str, str | None]]
@@ -88,19 +91,17 @@ def _blank(value: object) -> bool:
     return value is None or (isinstance(value, str) and value.strip() in ("", "N/A")) or value in ([], {})
 
 
-def read_apibench(root: Path, name: str, catalog: str, files: dict[str, str], key: KeyFn, hub: str,
-                  agent_kind: str, val_fraction: float = 0.0, seed: int = 0) -> ToolDataset:
-    folder = root / "gorilla-apibench" / "data"
-    skipped: Counter = Counter()
+def _read_catalog(path: Path, key: KeyFn, hub: str, agent_kind: str, skipped: Counter
+                  ) -> tuple[dict[str, Tool], dict[str, Agent], dict[str, set[str]]]:
+    """Tools (one per model, first row kept), their agents, and raw api_name -> tool ids."""
     tools: dict[str, Tool] = {}
     agents: dict[str, Agent] = {}
     by_name: dict[str, set[str]] = {}  # raw api_name -> tool ids, for the fallback match
-    api_path = folder / "api" / catalog
-    for lineno, row in iter_jsonl(api_path):
-        require_fields(row, {"api_call": str, "api_name": str, "description": str}, api_path, lineno)
+    for lineno, row in iter_jsonl(path):
+        require_fields(row, {"api_call": str, "api_name": str, "description": str}, path, lineno)
         tid, tname, agent = key(row)
         if not tid or not tname.strip():
-            raise DataError("empty api_call or api_name", api_path, lineno)
+            raise DataError("empty api_call or api_name", path, lineno)
         by_name.setdefault(row["api_name"].strip(), set()).add(tid)
         if tid in tools:
             skipped["catalog row for a model already listed (merged into its first row)"] += 1
@@ -110,9 +111,18 @@ def read_apibench(root: Path, name: str, catalog: str, files: dict[str, str], ke
         params = row.get("api_arguments")
         tools[tid] = Tool(tid, tname, row["description"].strip(), agent=agent,
                           category=row.get("domain") or None, parameters=None if _blank(params) else params)
+    return tools, agents, by_name
 
+
+def read_apibench(root: Path, name: str, catalog: str, files: dict[str, str], key: KeyFn, hub: str,
+                  agent_kind: str, val_fraction: float = 0.0, seed: int = 0) -> ToolDataset:
+    folder = root / "gorilla-apibench" / "data"
+    skipped: Counter = Counter()
+    api_path = folder / "api" / catalog
+    tools, agents, by_name = _read_catalog(api_path, key, hub, agent_kind, skipped)
+
+    filt = QueryFilter(_REASONS, skipped)
     queries: list[Query] = []
-    seen: set[str] = set()
     several = by_api_name = 0
     for split, fname in files.items():
         path = folder / "apibench" / fname
@@ -123,8 +133,7 @@ def read_apibench(root: Path, name: str, catalog: str, files: dict[str, str], ke
             if text is None:
                 skipped["record without an instruction in 'code'"] += 1
                 continue
-            if not text:
-                skipped["record with an empty instruction"] += 1
+            if filt.blank(text):
                 continue
             gold = key(rec["api_data"])[0]
             if gold not in tools:
@@ -133,10 +142,9 @@ def read_apibench(root: Path, name: str, catalog: str, files: dict[str, str], ke
                     skipped["record whose api_data names no catalog model"] += 1
                     continue
                 gold, by_api_name = next(iter(named)), by_api_name + 1
-            if text in seen:
-                skipped["repeated instruction text (first kept, test file read first)"] += 1
+            if filt.repeated(text):
                 continue
-            seen.add(text)
+            filt.keep(text)
             several += len(_INSTRUCTION.findall(rec["code"])) > 1
             queries.append(Query(f"{Path(fname).stem}:{lineno}", text, (gold,), split))
     queries = carve_val(queries, val_fraction, seed)

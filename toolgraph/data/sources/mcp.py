@@ -36,12 +36,15 @@ from typing import Any
 
 from toolgraph.data.formats import read_json
 from toolgraph.data.schema import Agent, Query, Tool, ToolDataset
+from toolgraph.data.sources._filter import QueryFilter, SkipReasons
 from toolgraph.errors import ConfigError, DataError
 from toolgraph.registry import DATASETS
 
 DUPLICATE_POLICIES = ("category", "first", "all", "drop", "error")
 _NUMBERED = re.compile(r"^\s*(\d+)\s*[.)]\s*(.*)$")
 _QUALIFIED = re.compile(r"^(.+?)\s*(?:::|/|:|\.)\s*(.+)$")
+_REASONS = SkipReasons(empty_text="task with an empty Question", no_tools="task with no gold tool in the catalog",
+                       repeated_query="repeated task_id (first kept)")
 
 
 def _tool_objects(entry: Any, where: str, path: Path) -> list[dict]:
@@ -215,8 +218,8 @@ def read_tasks(path: Path, resolver: GoldResolver, skipped: Counter, notes: dict
     data = read_json(path)
     if not isinstance(data, list):
         raise DataError(f"expected a JSON list of tasks, got {type(data).__name__}", path)
+    filt = QueryFilter(_REASONS, skipped)
     queries: list[Query] = []
-    seen: set[str] = set()
     mismatch = 0
     for i, rec in enumerate(data):
         if not isinstance(rec, dict):
@@ -229,28 +232,19 @@ def read_tasks(path: Path, resolver: GoldResolver, skipped: Counter, notes: dict
                 or not isinstance(meta.get("Steps", ""), str):
             raise DataError(f"task #{i} ({tid!r}): 'Annotator Metadata' needs string 'Tools' and 'Steps'", path)
         qid = str(tid)
-        if qid in seen:
-            skipped["repeated task_id (first kept)"] += 1
-            continue
-        if not text.strip():
-            skipped["task with an empty Question"] += 1
+        if filt.repeated(qid) or filt.blank(text):
             continue
         names = numbered_items(meta.get("Tools", ""))
         declared = meta.get("Number of tools")
         if declared is not None and str(declared).strip().isdigit() and int(str(declared).strip()) != len(names):
             mismatch += 1
         category = rec.get("category") if isinstance(rec.get("category"), str) else None
-        gold: list[str] = []
-        for name in names:
-            for t in resolver.resolve(name, category, qid, skipped):
-                if t not in gold:
-                    gold.append(t)
-        if not gold:
-            skipped["task with no gold tool in the catalog"] += 1
+        gold = tuple(dict.fromkeys(t for name in names for t in resolver.resolve(name, category, qid, skipped)))
+        if filt.empty(gold):
             continue
         steps = tuple(numbered_items(meta.get("Steps", ""))) or None
-        seen.add(qid)
-        queries.append(Query(qid, text.strip(), tuple(gold), "test", steps))
+        filt.keep(qid)
+        queries.append(Query(qid, text.strip(), gold, "test", steps))
     notes["tools_count_mismatch"] = mismatch
     return queries
 

@@ -31,9 +31,14 @@ from pathlib import Path
 
 from toolgraph.data.formats import read_json, read_object_counting_repeats, require_fields
 from toolgraph.data.schema import Query, Tool, ToolDataset
+from toolgraph.data.sources._filter import QueryFilter, SkipReasons
 from toolgraph.data.splits import seeded_assign
 from toolgraph.errors import ConfigError, DataError
 from toolgraph.registry import DATASETS
+
+_REASONS = SkipReasons(empty_text="query with empty text",
+                       unknown_tool="query naming a tool missing from plugin_des.json",
+                       repeated_tool="tool repeated in a query's gold list")
 
 
 def _object(path: Path, skipped: Counter) -> dict:
@@ -68,6 +73,73 @@ def _csv_rows(path: Path) -> list[tuple[int, str, str]]:
     return rows
 
 
+def _read_info(path: Path, catalog: dict, skipped: Counter) -> dict[str, dict]:
+    """plugin_info.json: name_for_model -> record, for plugins of ``catalog`` (first kept)."""
+    info_list = read_json(path)
+    if not isinstance(info_list, list):
+        raise DataError(f"expected a JSON array, got {type(info_list).__name__}", path)
+    info: dict[str, dict] = {}
+    for i, obj in enumerate(info_list):
+        require_fields(obj, {"name_for_model": str, "description_for_model": str}, path, what=f"record {i}")
+        name = obj["name_for_model"]
+        if name in info:
+            skipped["plugin_info.json entry repeating a plugin name (first kept)"] += 1
+        elif name not in catalog:
+            skipped["plugin_info.json entry for a plugin not in plugin_des.json"] += 1
+        else:
+            info[name] = obj
+    return info
+
+
+def _tools(catalog: dict, info: dict[str, dict], description: str, path: Path) -> list[Tool]:
+    tools = []
+    for name, text in catalog.items():
+        if not name.strip():
+            raise DataError("empty tool name", path)
+        desc = info[name]["description_for_model"] if description == "model" and name in info else text
+        tools.append(Tool(name, name, desc.strip() or text))
+    return tools
+
+
+def _read_queries(folder: Path, filt: QueryFilter) -> list[tuple[str, str, tuple[str, ...]]]:
+    """(id, text, gold) in reading order: the single-tool CSV first, then the two-tool file."""
+    records: list[tuple[str, str, tuple[str, ...]]] = []
+    for row, text, tool in _csv_rows(folder / "data" / "all_clean_data.csv"):
+        records.append((f"s{row}", text.strip(), (tool.strip(),)))
+    multi_path = folder / "data" / "multi_tool_query_golden.json"
+    multi = read_json(multi_path)
+    if not isinstance(multi, list):
+        raise DataError(f"expected a JSON array, got {type(multi).__name__}", multi_path)
+    for i, obj in enumerate(multi):
+        require_fields(obj, {"query": str, "tool": list}, multi_path, what=f"record {i}")
+        if not obj["tool"] or not all(isinstance(t, str) for t in obj["tool"]):
+            raise DataError(f"record {i}: 'tool' must be a non-empty list of strings", multi_path)
+        records.append((f"m{i}", obj["query"].strip(), filt.gold([t.strip() for t in obj["tool"]])))
+    return records
+
+
+def _merge_texts(records: list[tuple[str, str, tuple[str, ...]]], catalog: dict, conflicts: str,
+                 filt: QueryFilter) -> list[tuple[str, str, tuple[str, ...]]]:
+    """One query per distinct text (see the module docstring); the rest counted in ``filt.skipped``."""
+    skipped = filt.skipped
+    groups: dict[str, list[tuple[str, tuple[str, ...]]]] = {}
+    for qid, text, gold in records:
+        if not filt.reject(text, gold, catalog):
+            groups.setdefault(text, []).append((qid, gold))
+    kept: list[tuple[str, str, tuple[str, ...]]] = []
+    for text, group in groups.items():
+        golds = {g for _, g in group}
+        if len(golds) == 1:
+            skipped["repeated query text with the same gold tools (first kept)"] += len(group) - 1
+            kept.append((group[0][0], text, group[0][1]))
+        elif conflicts == "skip":
+            skipped["query text given different gold tools (ambiguous, all copies skipped)"] += len(group)
+        else:
+            skipped["query text given different gold tools (copies merged into the first)"] += len(group) - 1
+            kept.append((group[0][0], text, tuple(dict.fromkeys(t for _, g in group for t in g))))
+    return kept
+
+
 @DATASETS.register("metatool")
 def load_metatool(root: Path, description: str = "model", conflicts: str = "skip", test_fraction: float = 0.2,
                   val_fraction: float = 0.1, seed: int = 0) -> ToolDataset:
@@ -83,64 +155,10 @@ def load_metatool(root: Path, description: str = "model", conflicts: str = "skip
     skipped: Counter = Counter()
     catalog = _object(folder / "plugin_des.json", skipped)
     merged = _object(folder / "big_tool_des.json", skipped)
-
-    info_path = folder / "plugin_info.json"
-    info_list = read_json(info_path)
-    if not isinstance(info_list, list):
-        raise DataError(f"expected a JSON array, got {type(info_list).__name__}", info_path)
-    info: dict[str, dict] = {}
-    for i, obj in enumerate(info_list):
-        require_fields(obj, {"name_for_model": str, "description_for_model": str}, info_path, what=f"record {i}")
-        name = obj["name_for_model"]
-        if name in info:
-            skipped["plugin_info.json entry repeating a plugin name (first kept)"] += 1
-        elif name not in catalog:
-            skipped["plugin_info.json entry for a plugin not in plugin_des.json"] += 1
-        else:
-            info[name] = obj
-
-    tools = []
-    for name, text in catalog.items():
-        if not name.strip():
-            raise DataError("empty tool name", folder / "plugin_des.json")
-        desc = info[name]["description_for_model"] if description == "model" and name in info else text
-        tools.append(Tool(name, name, desc.strip() or text))
-
-    # (id, text, gold) in reading order: single-tool CSV first, then the two-tool file
-    records: list[tuple[str, str, tuple[str, ...]]] = []
-    for row, text, tool in _csv_rows(folder / "data" / "all_clean_data.csv"):
-        records.append((f"s{row}", text.strip(), (tool.strip(),)))
-    multi_path = folder / "data" / "multi_tool_query_golden.json"
-    multi = read_json(multi_path)
-    if not isinstance(multi, list):
-        raise DataError(f"expected a JSON array, got {type(multi).__name__}", multi_path)
-    for i, obj in enumerate(multi):
-        require_fields(obj, {"query": str, "tool": list}, multi_path, what=f"record {i}")
-        if not obj["tool"] or not all(isinstance(t, str) for t in obj["tool"]):
-            raise DataError(f"record {i}: 'tool' must be a non-empty list of strings", multi_path)
-        gold = tuple(dict.fromkeys(t.strip() for t in obj["tool"]))
-        skipped["tool repeated in a query's gold list"] += len(obj["tool"]) - len(gold)
-        records.append((f"m{i}", obj["query"].strip(), gold))
-
-    groups: dict[str, list[tuple[str, tuple[str, ...]]]] = {}
-    for qid, text, gold in records:
-        if not text:
-            skipped["query with empty text"] += 1
-        elif any(t not in catalog for t in gold):
-            skipped["query naming a tool missing from plugin_des.json"] += 1
-        else:
-            groups.setdefault(text, []).append((qid, gold))
-    kept: list[tuple[str, str, tuple[str, ...]]] = []
-    for text, group in groups.items():
-        golds = {g for _, g in group}
-        if len(golds) == 1:
-            skipped["repeated query text with the same gold tools (first kept)"] += len(group) - 1
-            kept.append((group[0][0], text, group[0][1]))
-        elif conflicts == "skip":
-            skipped["query text given different gold tools (ambiguous, all copies skipped)"] += len(group)
-        else:
-            skipped["query text given different gold tools (copies merged into the first)"] += len(group) - 1
-            kept.append((group[0][0], text, tuple(dict.fromkeys(t for _, g in group for t in g))))
+    info = _read_info(folder / "plugin_info.json", catalog, skipped)
+    tools = _tools(catalog, info, description, folder / "plugin_des.json")
+    filt = QueryFilter(_REASONS, skipped)
+    kept = _merge_texts(_read_queries(folder, filt), catalog, conflicts, filt)
 
     part = seeded_assign([q[0] for q in kept], {"test": test_fraction, "val": val_fraction,
                                                  "train": 1 - test_fraction - val_fraction}, seed)

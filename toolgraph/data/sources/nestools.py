@@ -23,14 +23,19 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from toolgraph.data.formats import iter_jsonl
 from toolgraph.data.schema import Dependency, Query, Tool, ToolDataset
-from toolgraph.data.sources.seal_tools import call_dependencies, check_dependency_splits, json_schema, require
+from toolgraph.data.sources._filter import QueryFilter, SkipReasons
+from toolgraph.data.sources.seal_tools import add_call_edges, check_dependency_splits, json_schema, require
 from toolgraph.errors import ConfigError, DataError
 from toolgraph.registry import DATASETS
+
+_REASONS = SkipReasons(empty_text="task with empty text", no_tools="task without calls",
+                       unknown_tool="call naming an API outside the task's api list",
+                       repeated_tool="repeated call of an API already in the task's gold list")
 
 
 def _read_pool_ids(path: Path) -> dict[int, list[int]]:
@@ -41,6 +46,67 @@ def _read_pool_ids(path: Path) -> dict[int, list[int]]:
             raise DataError(f"duplicate test_id {obj['test_id']}", path, lineno)
         out[obj["test_id"]] = obj["api_ids"]
     return out
+
+
+def _checked_tasks(path: Path, pool: dict[int, list[int]] | None,
+                   ids_path: Path) -> Iterator[tuple[int, dict, list[str]]]:
+    """Each task of ``path`` with the tool id of each entry of its ``api`` list: its pool id, or its
+    API name when ``pool`` is None. DataError(file:line) on a bad record or a task the pool does not fit."""
+    for lineno, obj in iter_jsonl(path):
+        require(obj, {"test_id": int, "task": str, "api": list, "call": list}, path, lineno, "task")
+        for api in obj["api"]:
+            require(api, {"api_name": str, "api_description": str}, path, lineno, "api")
+        for call in obj["call"]:
+            require(call, {"api_name": str}, path, lineno, "call")
+        tid = obj["test_id"]
+        if pool is None:
+            yield lineno, obj, [api["api_name"] for api in obj["api"]]
+            continue
+        if tid not in pool:
+            raise DataError(f"test_id {tid} has no line in {ids_path.name}", path, lineno)
+        if len(pool[tid]) != len(obj["api"]):
+            raise DataError(f"test_id {tid}: {len(obj['api'])} APIs but {len(pool[tid])} ids in {ids_path.name}",
+                            path, lineno)
+        yield lineno, obj, [str(i) for i in pool[tid]]
+
+
+class _Catalog:
+    """The union of the tasks' API definitions by tool id. Another definition under a known id is an
+    error for pool ids; for name ids the first is kept and the conflict counted."""
+
+    def __init__(self, by_pool: bool, skipped: Counter) -> None:
+        self.by_pool, self.skipped = by_pool, skipped
+        self.tools: dict[str, Tool] = {}
+        self.definition: dict[str, str] = {}  # tool id -> canonical JSON of its definition
+        self.name_conflicts: set[str] = set()
+
+    def add_task(self, obj: dict, ids: list[str], path: Path, lineno: int) -> dict[str, str]:
+        """Add a task's APIs; return API name -> tool id within the task."""
+        local: dict[str, str] = {}
+        for api, id_ in zip(obj["api"], ids):
+            name = api["api_name"]
+            if name in local:
+                raise DataError(f"test_id {obj['test_id']}: API {name!r} defined twice in one task", path, lineno)
+            local[name] = id_
+            text = json.dumps(api, sort_keys=True)
+            if id_ not in self.tools:
+                self.tools[id_] = Tool(id_, name, api["api_description"], category=obj.get("field") or None,
+                                       parameters=json_schema(api), returns=api.get("responses"))
+                self.definition[id_] = text
+            elif self.definition[id_] == text:
+                self.skipped["API defined again identically by a later task (kept once)"] += 1
+            elif self.by_pool:
+                raise DataError(f"test_id {obj['test_id']}: pool id {id_} names two different API definitions",
+                                path, lineno)
+            else:
+                self.skipped["API name redefined with a different schema (first definition kept)"] += 1
+                self.name_conflicts.add(name)
+        return local
+
+    def conflicting_names(self) -> int:
+        if not self.by_pool:
+            return len(self.name_conflicts)
+        return sum(c > 1 for c in Counter(t.name for t in self.tools.values()).values())
 
 
 @DATASETS.register("nestools")
@@ -54,73 +120,23 @@ def load_nestools(root: Path, tool_ids: str = "pool", dependency_splits: Sequenc
     folder = root / "nestools"
     data_path = folder / "data" / "test_data.jsonl"
     ids_path = folder / "inference" / "build_test_prompt" / "test_api_ids.jsonl"
-    pool = _read_pool_ids(ids_path) if tool_ids == "pool" else {}
+    pool = _read_pool_ids(ids_path) if tool_ids == "pool" else None
     skipped: Counter = Counter()
-    tools: dict[str, Tool] = {}
-    definition: dict[str, str] = {}  # tool id -> canonical JSON of its definition
-    name_conflicts: set[str] = set()
+    catalog = _Catalog(tool_ids == "pool", skipped)
+    filt = QueryFilter(_REASONS, skipped)
     queries: list[Query] = []
     edges: dict[tuple[str, str], None] = {}
-
-    for lineno, obj in iter_jsonl(data_path):
-        require(obj, {"test_id": int, "task": str, "api": list, "call": list}, data_path, lineno, "task")
-        for api in obj["api"]:
-            require(api, {"api_name": str, "api_description": str}, data_path, lineno, "api")
-        for call in obj["call"]:
-            require(call, {"api_name": str}, data_path, lineno, "call")
-        tid = obj["test_id"]
-        if tool_ids == "pool":
-            if tid not in pool:
-                raise DataError(f"test_id {tid} has no line in {ids_path.name}", data_path, lineno)
-            if len(pool[tid]) != len(obj["api"]):
-                raise DataError(f"test_id {tid}: {len(obj['api'])} APIs but {len(pool[tid])} ids in {ids_path.name}",
-                                data_path, lineno)
-            ids = [str(i) for i in pool[tid]]
-        else:
-            ids = [api["api_name"] for api in obj["api"]]
-
-        local: dict[str, str] = {}  # API name -> tool id, within this task
-        for api, id_ in zip(obj["api"], ids):
-            name = api["api_name"]
-            if name in local:
-                raise DataError(f"test_id {tid}: API {name!r} defined twice in one task", data_path, lineno)
-            local[name] = id_
-            text = json.dumps(api, sort_keys=True)
-            if id_ not in tools:
-                tools[id_] = Tool(id_, name, api["api_description"], category=obj.get("field") or None,
-                                  parameters=json_schema(api), returns=api.get("responses"))
-                definition[id_] = text
-            elif definition[id_] == text:
-                skipped["API defined again identically by a later task (kept once)"] += 1
-            elif tool_ids == "pool":
-                raise DataError(f"test_id {tid}: pool id {id_} names two different API definitions", data_path, lineno)
-            else:
-                skipped["API name redefined with a different schema (first definition kept)"] += 1
-                name_conflicts.add(name)
-
+    for lineno, obj, ids in _checked_tasks(data_path, pool, ids_path):
+        local = catalog.add_task(obj, ids, data_path, lineno)
         names = [c["api_name"] for c in obj["call"]]
-        if not obj["task"].strip():
-            skipped["task with empty text"] += 1
+        if filt.reject(obj["task"], names, local):
             continue
-        if not names:
-            skipped["task without calls"] += 1
-            continue
-        if any(n not in local for n in names):
-            skipped["call naming an API outside the task's api list"] += 1
-            continue
-        gold = tuple(dict.fromkeys(local[n] for n in names))
-        skipped["repeated call of an API already in the task's gold list"] += len(names) - len(gold)
-        queries.append(Query(str(tid), obj["task"], gold, "test"))
+        called = [local[n] for n in names]
+        queries.append(Query(str(obj["test_id"]), obj["task"], filt.gold(called), "test"))
         if "test" in dep_splits:
-            for i, j in call_dependencies(obj["call"], skipped):
-                if names[i] == names[j]:
-                    skipped["API fed by its own earlier call (no self-edge)"] += 1
-                else:
-                    edges[(local[names[i]], local[names[j]])] = None
+            add_call_edges(obj["call"], called, edges, skipped)
 
     deps = [Dependency(s, t, "data") for s, t in edges]
     notes = {"files": [str(data_path)] + ([str(ids_path)] if tool_ids == "pool" else []), "tool_ids": tool_ids,
-             "dependency_splits": sorted(dep_splits),
-             "names_with_conflicting_definitions": len(name_conflicts) if tool_ids == "name" else
-             sum(c > 1 for c in Counter(t.name for t in tools.values()).values())}
-    return ToolDataset("nestools", list(tools.values()), queries, [], deps, +skipped, notes)
+             "dependency_splits": sorted(dep_splits), "names_with_conflicting_definitions": catalog.conflicting_names()}
+    return ToolDataset("nestools", list(catalog.tools.values()), queries, [], deps, +skipped, notes)

@@ -25,18 +25,22 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from toolgraph.data.formats import iter_jsonl
 from toolgraph.data.formats import require_fields as require
 from toolgraph.data.schema import SPLITS, Dependency, Query, Tool, ToolDataset
+from toolgraph.data.sources._filter import QueryFilter, SkipReasons
 from toolgraph.errors import ConfigError, DataError
 from toolgraph.registry import DATASETS
 
 _REF = re.compile(r"API_call_(\d+)")
 _QUERY_FILES = {"dev.jsonl": ("val", "all"), "test_in_domain.jsonl": ("test", "in"),
                 "test_out_domain.jsonl": ("test", "out")}
+_REASONS = SkipReasons(empty_text="query with empty text", no_tools="query without calls",
+                       unknown_tool="query calling an API missing from tool.jsonl",
+                       repeated_tool="repeated call of an API already in the query's gold list")
 
 
 def json_schema(api: dict) -> dict:
@@ -76,6 +80,42 @@ def check_dependency_splits(dependency_splits: Sequence[str] | None, dataset: st
     return chosen
 
 
+def add_call_edges(calls: Sequence[dict], ids: Sequence[str], edges: dict[tuple[str, str], None],
+                   skipped: Counter) -> None:
+    """Add ``(consumer id, producer id)`` to ``edges`` for each pair of :func:`call_dependencies`;
+    ``ids[i]`` is the tool id of call i. A tool fed by its own earlier call gives no self-edge."""
+    for i, j in call_dependencies(calls, skipped):
+        if ids[i] == ids[j]:
+            skipped["API fed by its own earlier call (no self-edge)"] += 1
+        else:
+            edges[(ids[i], ids[j])] = None
+
+
+def _read_catalog(path: Path, skipped: Counter) -> dict[str, Tool]:
+    """tool.jsonl -> tools by API name (first kept, repeats counted)."""
+    tools: dict[str, Tool] = {}
+    for lineno, obj in iter_jsonl(path):
+        require(obj, {"api_name": str, "api_description": str}, path, lineno, "tool")
+        name = obj["api_name"].strip()
+        if not name:
+            raise DataError("tool: empty 'api_name'", path, lineno)
+        if name in tools:
+            skipped["duplicate tool name in tool.jsonl (first kept)"] += 1
+            continue
+        tools[name] = Tool(name, name, obj["api_description"], category=obj.get("field") or None,
+                           parameters=json_schema(obj), returns=obj.get("responses"))
+    return tools
+
+
+def _checked_queries(path: Path) -> Iterator[tuple[dict, list[str]]]:
+    """Each query record of ``path`` with the API names it calls, in order; DataError(file:line) on a bad one."""
+    for lineno, obj in iter_jsonl(path):
+        require(obj, {"id": str, "query": str, "calling": list}, path, lineno, "query")
+        for call in obj["calling"]:
+            require(call, {"api": str}, path, lineno, "call")
+        yield obj, [c["api"] for c in obj["calling"]]
+
+
 @DATASETS.register("seal-tools")
 def load_seal_tools(root: Path, test: str = "all", dependency_splits: Sequence[str] | None = None) -> ToolDataset:
     """Seal-Tools: 4,076 tools, dev (val) and in/out-of-domain test; dependencies from API_call_k.
@@ -87,52 +127,25 @@ def load_seal_tools(root: Path, test: str = "all", dependency_splits: Sequence[s
     dep_splits = check_dependency_splits(dependency_splits, "seal-tools")
     folder = root / "seal-tools" / "Seal-Tools_Dataset"
     skipped: Counter = Counter()
-
-    tools: dict[str, Tool] = {}
     tools_path = folder / "tool.jsonl"
-    for lineno, obj in iter_jsonl(tools_path):
-        require(obj, {"api_name": str, "api_description": str}, tools_path, lineno, "tool")
-        name = obj["api_name"].strip()
-        if not name:
-            raise DataError("tool: empty 'api_name'", tools_path, lineno)
-        if name in tools:
-            skipped["duplicate tool name in tool.jsonl (first kept)"] += 1
-            continue
-        tools[name] = Tool(name, name, obj["api_description"], category=obj.get("field") or None,
-                           parameters=json_schema(obj), returns=obj.get("responses"))
+    tools = _read_catalog(tools_path, skipped)
 
+    filt = QueryFilter(_REASONS, skipped)
     queries: list[Query] = []
     edges: dict[tuple[str, str], None] = {}
     files_read = [str(tools_path)]
     for fname, (split, which) in _QUERY_FILES.items():
-        if split == "test" and test not in ("all", which):
-            skipped[f"{fname} query left out by option test={test!r}"] += sum(1 for _ in iter_jsonl(folder / fname))
-            continue
         path = folder / fname
+        if split == "test" and test not in ("all", which):
+            skipped[f"{fname} query left out by option test={test!r}"] += sum(1 for _ in iter_jsonl(path))
+            continue
         files_read.append(str(path))
-        for lineno, obj in iter_jsonl(path):
-            require(obj, {"id": str, "query": str, "calling": list}, path, lineno, "query")
-            for call in obj["calling"]:
-                require(call, {"api": str}, path, lineno, "call")
-            apis = [c["api"] for c in obj["calling"]]
-            if not obj["query"].strip():
-                skipped["query with empty text"] += 1
+        for obj, apis in _checked_queries(path):
+            if filt.reject(obj["query"], apis, tools):
                 continue
-            if not apis:
-                skipped["query without calls"] += 1
-                continue
-            if any(a not in tools for a in apis):
-                skipped["query calling an API missing from tool.jsonl"] += 1
-                continue
-            gold = tuple(dict.fromkeys(apis))
-            skipped["repeated call of an API already in the query's gold list"] += len(apis) - len(gold)
-            queries.append(Query(obj["id"], obj["query"], gold, split))
+            queries.append(Query(obj["id"], obj["query"], filt.gold(apis), split))
             if split in dep_splits:
-                for i, j in call_dependencies(obj["calling"], skipped):
-                    if apis[i] == apis[j]:
-                        skipped["API fed by its own earlier call (no self-edge)"] += 1
-                    else:
-                        edges[(apis[i], apis[j])] = None
+                add_call_edges(obj["calling"], apis, edges, skipped)
 
     deps = [Dependency(s, t, "data") for s, t in edges]
     notes = {"files": files_read, "test": test, "dependency_splits": sorted(dep_splits)}

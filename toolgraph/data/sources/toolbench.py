@@ -37,6 +37,7 @@ from typing import Any
 
 from toolgraph.data.formats import iter_jsonl, read_json
 from toolgraph.data.schema import Agent, Query, Tool, ToolDataset
+from toolgraph.data.sources._filter import QueryFilter, SkipReasons
 from toolgraph.data.sources.beir import parse_toolbench_doc
 from toolgraph.data.splits import carve_val
 from toolgraph.errors import ConfigError, DataError
@@ -46,6 +47,10 @@ Key = tuple[str, str]
 _STABLE = "toolbench-stabletoolbench/solvable_queries/test_instruction"
 _DRAFT = "toolbench-draft-testsets/dataset/ToolBench/test_data"
 _COLT_G3 = "toolbench-colt/datasets/ToolBenchG3/corpus.jsonl"
+_REASONS = SkipReasons(empty_text="query with empty text", no_tools="query with no relevant API in the catalog",
+                       dropped_tool="relevant API not in the catalog (pair dropped)",
+                       repeated_tool="repeated relevant API within a query",
+                       repeated_query="repeated query id (first kept)")
 _AGENT_DOCS = {"initial": "toolbench-draft-testsets/dataset/ToolBench/tool_instruction/Initial.json",
                "draft": "toolbench-draft-testsets/dataset/ToolBench/tool_instruction/DRAFT.json"}
 # group -> source -> {subset: file}
@@ -158,36 +163,31 @@ def read_records(path: Path, prefix: str, catalog: Catalog) -> list[Record]:
     return out
 
 
+def _resolve(r: Record, key: Key, catalog: Catalog, use_shown: bool) -> tuple[str | None, bool]:
+    """The tool id of a relevant pair (None if unknown) and whether it took the catalog fallback."""
+    tid = r.shown.get(key) if use_shown else None
+    if tid is None and key in catalog.by_key:
+        return catalog.by_key[key][0], True
+    return tid, False
+
+
 def to_queries(records: list[Record], catalog: Catalog, split: str, skipped: Counter, notes: dict,
                use_shown: bool = True) -> list[Query]:
     """Resolve relevant pairs: the doc the query was shown, else the first doc of that key in ``catalog``
     (another query's api_list, or the COLT corpus); how many took the fallback goes to ``notes``."""
+    filt = QueryFilter(_REASONS, skipped)
     queries: list[Query] = []
     fallback = 0
-    seen: set[str] = set()
     for r in records:
-        if r.qid in seen:
-            skipped["repeated query id (first kept)"] += 1
+        if filt.repeated(r.qid) or filt.blank(r.text):
             continue
-        if not r.text.strip():
-            skipped["query with empty text"] += 1
+        resolved = [_resolve(r, key, catalog, use_shown) for key in r.relevant]
+        fallback += sum(by_name for _, by_name in resolved)
+        tools = filt.resolve(tid for tid, _ in resolved)
+        if filt.empty(tools):
             continue
-        tools: list[str] = []
-        for key in r.relevant:
-            tid = r.shown.get(key) if use_shown else None
-            if tid is None and key in catalog.by_key:
-                tid, fallback = catalog.by_key[key][0], fallback + 1
-            if tid is None:
-                skipped["relevant API not in the catalog (pair dropped)"] += 1
-            elif tid in tools:
-                skipped["repeated relevant API within a query"] += 1
-            else:
-                tools.append(tid)
-        if not tools:
-            skipped["query with no relevant API in the catalog"] += 1
-            continue
-        seen.add(r.qid)
-        queries.append(Query(r.qid, r.text, tuple(tools), split))
+        filt.keep(r.qid)
+        queries.append(Query(r.qid, r.text, tools, split))
     notes["relevant pairs resolved by name in the catalog"] = fallback
     return queries
 

@@ -25,10 +25,15 @@ from pathlib import Path
 
 from toolgraph.data.formats import read_tsv
 from toolgraph.data.schema import Query, ToolDataset
+from toolgraph.data.sources._filter import QueryFilter, SkipReasons
 from toolgraph.data.sources.toolbench import Catalog
 from toolgraph.data.splits import carve_val
 from toolgraph.errors import DataError
 from toolgraph.registry import DATASETS
+
+_REASONS = SkipReasons(empty_text="query with empty text", no_tools="query with no relevant doc in corpus.tsv",
+                       dropped_tool="qrels pair naming a docid not in corpus.tsv",
+                       repeated_tool="repeated relevant API within a query")
 
 
 def _read_corpus(path: Path, catalog: Catalog, skipped: Counter) -> dict[str, str]:
@@ -88,6 +93,7 @@ def load_toolbench_retriever(root: Path, path: str = "toolbench-demo/data/retrie
     folder = Path(path) if Path(path).is_absolute() else root / path
     catalog, skipped = Catalog(), Counter()
     doc_tool = _read_corpus(folder / "corpus.tsv", catalog, skipped)
+    filt = QueryFilter(_REASONS, skipped)
     queries: list[Query] = []
     split_of: dict[str, str] = {}
     files = []
@@ -106,23 +112,13 @@ def load_toolbench_retriever(root: Path, path: str = "toolbench-demo/data/retrie
             if qid not in qrels:
                 skipped["query without qrels"] += 1
                 continue
-            if not text.strip():
-                skipped["query with empty text"] += 1
+            if filt.blank(text):
                 continue
-            tools: list[str] = []
-            for docid in qrels[qid]:
-                tid = doc_tool.get(docid)
-                if tid is None:
-                    skipped["qrels pair naming a docid not in corpus.tsv"] += 1
-                elif tid in tools:
-                    skipped["repeated relevant API within a query"] += 1
-                else:
-                    tools.append(tid)
-            if not tools:
-                skipped["query with no relevant doc in corpus.tsv"] += 1
+            tools = filt.resolve(doc_tool.get(docid) for docid in qrels[qid])
+            if filt.empty(tools):
                 continue
             split_of[qid] = split
-            queries.append(Query(qid, text, tuple(tools), split))
+            queries.append(Query(qid, text, tools, split))
     if not files:
         raise DataError("no qrels.{train,test}.tsv / {train,test}.query.txt found", folder)
     queries = carve_val(queries, val_fraction, seed)

@@ -26,9 +26,14 @@ from typing import Any
 
 from toolgraph.data.formats import read_json, require_fields
 from toolgraph.data.schema import Dependency, Query, Tool, ToolDataset
+from toolgraph.data.sources._filter import QueryFilter, SkipReasons
 from toolgraph.data.splits import seeded_assign
 from toolgraph.errors import ConfigError, DataError
 from toolgraph.registry import DATASETS
+
+_REASONS = SkipReasons(empty_text="query with empty text", unknown_tool="query naming a tool missing from the catalog",
+                       repeated_tool="tool repeated in golden_function_names")
+Edge = tuple[str, str, str]  # (tool, the tool it depends on, dependence_type)
 
 
 def _records(path: Path) -> list[Any]:
@@ -48,14 +53,9 @@ def _closure(main: str, needs: dict[str, list[str]]) -> set[str]:
     return seen
 
 
-@DATASETS.register("toollinkos")
-def load_toollinkos(root: Path, test_fraction: float = 0.2, val_fraction: float = 0.1, seed: int = 0) -> ToolDataset:
-    """ToolLinkOS: 573 tools with typed depends_on, 1,569 queries (main tool + prerequisites); seeded split."""
-    if min(test_fraction, val_fraction) < 0 or test_fraction + val_fraction > 1:
-        raise ConfigError(f"toollinkos: test_fraction={test_fraction} and val_fraction={val_fraction} must be >= 0 "
-                          "and sum to <= 1")
-    folder = root / "toollinkos" / "toollinkos"
-    skipped: Counter = Counter()
+def _read_catalog(folder: Path, skipped: Counter) -> tuple[dict[str, Tool], list[tuple[str, dict]]]:
+    """core_tools.json then regular_tools.json: tools by name (first kept) and their checked
+    ``depends_on`` entries as (tool name, entry)."""
     tools: dict[str, Tool] = {}
     raw_deps: list[tuple[str, dict]] = []
     for fname in ("core_tools.json", "regular_tools.json"):
@@ -77,8 +77,13 @@ def load_toollinkos(root: Path, test_fraction: float = 0.2, val_fraction: float 
                 raw_deps.append((name, dep))
             tools[name] = Tool(name, name, obj["description"], category=obj.get("func_type") or None,
                                parameters=obj.get("parameters"))
+    return tools, raw_deps
 
-    edges: dict[tuple[str, str, str], None] = {}
+
+def _edges(tools: dict[str, Tool], raw_deps: list[tuple[str, dict]], skipped: Counter
+           ) -> tuple[dict[Edge, None], dict[str, list[str]]]:
+    """Typed edges (once each) and, per tool, the tools it needs (for the closure check)."""
+    edges: dict[Edge, None] = {}
     needs: dict[str, list[str]] = {}
     for name, dep in raw_deps:
         target, kind = dep["name"], dep["dependence_type"]
@@ -92,32 +97,45 @@ def load_toollinkos(root: Path, test_fraction: float = 0.2, val_fraction: float 
             edges[(name, target, kind)] = None
             if target not in needs.setdefault(name, []):
                 needs[name].append(target)
+    return edges, needs
 
-    inst_path = folder / "instances.json"
+
+def _instances(path: Path, tools: dict[str, Tool], needs: dict[str, list[str]], skipped: Counter
+               ) -> tuple[list[tuple[str, str, tuple[str, ...]]], dict[str, str], Counter]:
+    """instances.json -> kept (id, text, gold), the main tool per id, and the closure counts."""
+    filt = QueryFilter(_REASONS, skipped)
     kept: list[tuple[str, str, tuple[str, ...]]] = []
     main_tool: dict[str, str] = {}
     closure: Counter = Counter()
-    for i, obj in enumerate(_records(inst_path)):
+    for i, obj in enumerate(_records(path)):
         require_fields(obj, {"user_query": str, "main_golden_function_name": str, "golden_function_names": list},
-                       inst_path, what=f"record {i}")
+                       path, what=f"record {i}")
         main, golden = obj["main_golden_function_name"], obj["golden_function_names"]
-        if not obj["user_query"].strip():
-            skipped["query with empty text"] += 1
-            continue
-        if any(g not in tools for g in [main, *golden]):
-            skipped["query naming a tool missing from the catalog"] += 1
+        if filt.reject(obj["user_query"], [main, *golden], tools):
             continue
         if main not in golden:
             closure["main tool absent from golden_function_names (prepended)"] += 1
-        gold = tuple(dict.fromkeys([main, *golden]))
-        skipped["tool repeated in golden_function_names"] += len(golden) + (main not in golden) - len(gold)
+        gold = tuple(dict.fromkeys([main, *filt.gold(golden)]))
         full = _closure(main, needs)
         closure["gold == main + transitive dependencies" if set(gold) == full else
                 "gold strictly inside the closure" if set(gold) < full else
                 "gold outside the closure"] += 1
-        qid = str(i)
-        kept.append((qid, obj["user_query"], gold))
-        main_tool[qid] = main
+        kept.append((str(i), obj["user_query"], gold))
+        main_tool[str(i)] = main
+    return kept, main_tool, closure
+
+
+@DATASETS.register("toollinkos")
+def load_toollinkos(root: Path, test_fraction: float = 0.2, val_fraction: float = 0.1, seed: int = 0) -> ToolDataset:
+    """ToolLinkOS: 573 tools with typed depends_on, 1,569 queries (main tool + prerequisites); seeded split."""
+    if min(test_fraction, val_fraction) < 0 or test_fraction + val_fraction > 1:
+        raise ConfigError(f"toollinkos: test_fraction={test_fraction} and val_fraction={val_fraction} must be >= 0 "
+                          "and sum to <= 1")
+    folder = root / "toollinkos" / "toollinkos"
+    skipped: Counter = Counter()
+    tools, raw_deps = _read_catalog(folder, skipped)
+    edges, needs = _edges(tools, raw_deps, skipped)
+    kept, main_tool, closure = _instances(folder / "instances.json", tools, needs, skipped)
 
     part = seeded_assign([q[0] for q in kept], {"test": test_fraction, "val": val_fraction,
                                                  "train": 1 - test_fraction - val_fraction}, seed)

@@ -37,46 +37,93 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from toolgraph.data.formats import iter_jsonl, read_json, require_fields
 from toolgraph.data.schema import Dependency, Query, Tool, ToolDataset
+from toolgraph.data.sources._filter import QueryFilter, SkipReasons
 from toolgraph.data.sources.seal_tools import check_dependency_splits
 from toolgraph.data.sources.ultratool_original import LANG_PATHS, normalize_text, read_original
+from toolgraph.data.sources.ultratool_read import (
+    Request,
+    read_links,
+    read_request_ids,
+    read_requests,
+    read_test_ids,
+    read_tools,
+)
 from toolgraph.data.splits import carve_val
 from toolgraph.errors import ConfigError, DataError
 from toolgraph.registry import DATASETS
 
 _FOLDER = "ultratool-gnn4taskplan/data/ultratool"
+_REASONS = SkipReasons(empty_text="request with empty text", no_tools="request without task nodes",
+                       unknown_tool="request using a tool missing from tool_desc.json",
+                       repeated_tool="repeated call of a tool already in the request's gold list")
 
 
-def _read_tools(path: Path) -> list[dict]:
-    obj = read_json(path)
-    if not isinstance(obj, dict) or not isinstance(obj.get("nodes"), list):
-        raise DataError("expected an object with a 'nodes' list", path)
-    for i, node in enumerate(obj["nodes"]):
-        if not isinstance(node, dict) or not isinstance(node.get("id"), str) or not node["id"].strip():
-            raise DataError(f"node {i}: missing or empty 'id'", path)
-        if not isinstance(node.get("desc"), str):
-            raise DataError(f"node {i} ({node['id']!r}): missing 'desc'", path)
-    return obj["nodes"]
+def _tools(nodes: list[dict], defs: dict[str, dict], path: Path) -> tuple[list[Tool], int, int]:
+    """Tools from tool_desc.json nodes, enriched from the original test's definitions ``defs``;
+    also how many were enriched and how many took the original's (longer) description."""
+    tools: list[Tool] = []
+    enriched = longer = 0
+    for node in nodes:
+        name, desc, orig = node["id"], node["desc"].strip(), defs.get(node["id"])
+        if orig is not None:
+            enriched += 1
+            if len(orig["description"].strip()) > len(desc):
+                desc, longer = orig["description"].strip(), longer + 1
+        category = ", ".join(node.get("domain") or []) or None
+        tools.append(Tool(name, name, desc, category=category, parameters=orig and orig.get("arguments"),
+                          returns=orig and orig.get("results")))
+    if len({t.id for t in tools}) != len(tools):
+        raise DataError("duplicate tool id in 'nodes'", path)
+    return tools, enriched, longer
 
 
-def _read_links(path: Path) -> list[tuple[str, str]]:
-    obj = read_json(path)
-    if not isinstance(obj, dict) or not isinstance(obj.get("links"), list):
-        raise DataError("expected an object with a 'links' list", path)
-    out = []
-    for i, link in enumerate(obj["links"]):
-        if not isinstance(link, dict) or not all(isinstance(link.get(k), str) for k in ("source", "target")):
-            raise DataError(f"link {i}: missing 'source' or 'target'", path)
-        out.append((link["source"], link["target"]))
-    return out
+def _links(request: Request, skipped: Counter) -> list[tuple[str, str]]:
+    """The request's task links as (needs, needed) pairs, once each; self- and outside links counted."""
+    pairs: dict[tuple[str, str], None] = {}
+    for src, dst in request.links:
+        if src == dst:
+            skipped["task link from a tool to itself (no self-edge)"] += 1
+        elif src not in request.names or dst not in request.names:
+            skipped["task link naming a tool outside the request's nodes (no edge)"] += 1
+        else:
+            pairs[(dst, src)] = None  # src runs first: dst needs src
+    return list(pairs)
 
 
-def _test_ids(path: Path) -> set[str]:
-    obj = read_json(path)
-    if not isinstance(obj, dict) or not isinstance(obj.get("test_ids"), dict):
-        raise DataError("expected an object with a 'test_ids' mapping", path)
-    return {str(i) for ids in obj["test_ids"].values() for i in ids}
+def _queries(requests: list[Request], test_ids: set[str], known: set[str], original_texts: set[str],
+             dedupe_original: bool, skipped: Counter
+             ) -> tuple[list[Query], dict[str, list[tuple[str, str]]], dict[str, list[str]]]:
+    """Queries (train/test by split_ids.json), each kept request's links, and the ids (by split) of
+    requests whose text is an original test question."""
+    filt = QueryFilter(_REASONS, skipped)
+    queries: list[Query] = []
+    links: dict[str, list[tuple[str, str]]] = {}  # request id -> its (needs, needed) pairs
+    overlap: dict[str, list[str]] = {"train": [], "test": []}
+    for r in requests:
+        split = "test" if r.id in test_ids else "train"
+        if filt.reject(r.text, r.names, known):
+            continue
+        if normalize_text(r.text) in original_texts:
+            overlap[split].append(r.id)
+            if split == "train" and dedupe_original:
+                skipped["train request also in the original UltraTool test (dedupe_original)"] += 1
+                continue
+        queries.append(Query(r.id, r.text, filt.gold(r.names), split))
+        links[r.id] = _links(r, skipped)
+    return queries, links, overlap
+
+
+def _graph_edges(path: Path, known: set[str], skipped: Counter) -> Counter:
+    edges: Counter = Counter()
+    for src, dst in read_links(path):
+        if src not in known or dst not in known:
+            skipped["graph link naming an unknown tool (no edge)"] += 1
+        elif src == dst:
+            skipped["graph link from a tool to itself (no self-edge)"] += 1
+        else:
+            edges[(dst, src)] += 1
+    return edges
 
 
 @DATASETS.register("ultratool")
@@ -92,93 +139,27 @@ def load_ultratool(root: Path, val_fraction: float = 0.1, seed: int = 0, dedupe_
     folder = root / _FOLDER
     skipped: Counter = Counter()
 
+    # read and check, in this order: original test, tool_desc, split_ids, data, user_requests
     orig_path = root / LANG_PATHS["en"]
     records, defs, _ = read_original(orig_path, Counter())  # its own skips belong to ultratool-original
-    original_texts = {normalize_text(r.question) for r in records}
-    tools: list[Tool] = []
-    enriched = longer = 0
-    for node in _read_tools(folder / "tool_desc.json"):
-        name, desc, orig = node["id"], node["desc"].strip(), defs.get(node["id"])
-        if orig is not None:
-            enriched += 1
-            if len(orig["description"].strip()) > len(desc):
-                desc, longer = orig["description"].strip(), longer + 1
-        category = ", ".join(node.get("domain") or []) or None
-        tools.append(Tool(name, name, desc, category=category, parameters=orig and orig.get("arguments"),
-                          returns=orig and orig.get("results")))
-    if len({t.id for t in tools}) != len(tools):
-        raise DataError("duplicate tool id in 'nodes'", folder / "tool_desc.json")
+    tools, enriched, longer = _tools(read_tools(folder / "tool_desc.json"), defs, folder / "tool_desc.json")
+    test_ids = read_test_ids(folder / "split_ids.json")
+    data_path, requests_path = folder / "data.json", folder / "user_requests.json"
+    requests = read_requests(data_path)
+
+    # assemble
     known = {t.id for t in tools}
-
-    test_ids = _test_ids(folder / "split_ids.json")
-    data_path = folder / "data.json"
-    queries: list[Query] = []
-    edges: Counter = Counter()
-    overlap: dict[str, list[str]] = {"train": [], "test": []}
-    seen: set[str] = set()
-    links: dict[str, list[tuple[str, str]]] = {}  # request id -> its (needs, needed) pairs
-    for lineno, obj in iter_jsonl(data_path):
-        fields = {"id": str, "user_request": str, "task_nodes": list, "task_links": list}
-        require_fields(obj, fields, data_path, lineno, "record")
-        for node in obj["task_nodes"]:
-            require_fields(node, {"task": str}, data_path, lineno, "task node")
-        for link in obj["task_links"]:
-            require_fields(link, {"source": str, "target": str}, data_path, lineno, "task link")
-        qid, text = obj["id"], obj["user_request"].strip()
-        if qid in seen:
-            raise DataError(f"duplicate id {qid!r}", data_path, lineno)
-        seen.add(qid)
-        split = "test" if qid in test_ids else "train"
-        names = [n["task"] for n in obj["task_nodes"]]
-        if not text:
-            skipped["request with empty text"] += 1
-            continue
-        if not names:
-            skipped["request without task nodes"] += 1
-            continue
-        if any(n not in known for n in names):
-            skipped["request using a tool missing from tool_desc.json"] += 1
-            continue
-        if normalize_text(text) in original_texts:
-            overlap[split].append(qid)
-            if split == "train" and dedupe_original:
-                skipped["train request also in the original UltraTool test (dedupe_original)"] += 1
-                continue
-        gold = tuple(dict.fromkeys(names))
-        skipped["repeated call of a tool already in the request's gold list"] += len(names) - len(gold)
-        queries.append(Query(qid, text, gold, split))
-        pairs: dict[tuple[str, str], None] = {}
-        for link in obj["task_links"]:
-            src, dst = link["source"], link["target"]
-            if src == dst:
-                skipped["task link from a tool to itself (no self-edge)"] += 1
-            elif src not in names or dst not in names:
-                skipped["task link naming a tool outside the request's nodes (no edge)"] += 1
-            else:
-                pairs[(dst, src)] = None  # src runs first: dst needs src
-        links[qid] = list(pairs)
-
-    missing = test_ids - seen
-    skipped["split_ids.json test id without a record in data.json"] += len(missing)
-    requests_path = folder / "user_requests.json"
-    for lineno, obj in iter_jsonl(requests_path):
-        require_fields(obj, {"id": str}, requests_path, lineno, "request")
-        if obj["id"] not in seen:
-            skipped["request in user_requests.json without a plan in data.json"] += 1
-
+    queries, links, overlap = _queries(requests, test_ids, known, {normalize_text(r.question) for r in records},
+                                       dedupe_original, skipped)
+    seen = {r.id for r in requests}
+    skipped["split_ids.json test id without a record in data.json"] += len(test_ids - seen)
+    skipped["request in user_requests.json without a plan in data.json"] += sum(
+        i not in seen for i in read_request_ids(requests_path))
     queries = carve_val(queries, val_fraction, seed)
     if dependency_source == "links":
-        for q in queries:
-            if q.split in dep_splits:
-                edges.update(links[q.id])
+        edges = Counter(pair for q in queries if q.split in dep_splits for pair in links[q.id])
     else:
-        for src, dst in _read_links(folder / "graph_desc.json"):
-            if src not in known or dst not in known:
-                skipped["graph link naming an unknown tool (no edge)"] += 1
-            elif src == dst:
-                skipped["graph link from a tool to itself (no self-edge)"] += 1
-            else:
-                edges[(dst, src)] += 1
+        edges = _graph_edges(folder / "graph_desc.json", known, skipped)
     deps = [Dependency(s, t, "sequence") for s, t in edges]
     notes = {"files": [str(data_path), str(folder / "tool_desc.json"), str(folder / "split_ids.json"),
                        str(requests_path), str(orig_path)]
@@ -191,4 +172,3 @@ def load_ultratool(root: Path, val_fraction: float = 0.1, seed: int = 0, dedupe_
     if dependency_source == "links":  # [source, target, #requests with that link]
         notes["dependency_support"] = [[s, t, c] for (s, t), c in edges.items()]
     return ToolDataset("ultratool", tools, queries, [], deps, +skipped, notes)
-

@@ -34,6 +34,7 @@ from pathlib import Path
 
 from toolgraph.data.formats import iter_jsonl, require_fields
 from toolgraph.data.schema import Dependency, Query, Tool, ToolDataset
+from toolgraph.data.sources._filter import QueryFilter, SkipReasons
 from toolgraph.data.sources.seal_tools import check_dependency_splits
 from toolgraph.errors import DataError
 from toolgraph.registry import DATASETS
@@ -42,6 +43,9 @@ _CALL = re.compile(r"^\s*([A-Za-z_]\w*)\s*\(")
 _NO_TOOL = {"", "null", "none", "no tool required", "不需要工具"}
 _STEP_NUMBER = re.compile(r"^\s*\d+(?:\.\d+)*\.?\s*")
 LANG_PATHS = {"en": "ultratool/data/English-dataset/test.json", "zh": "ultratool/data/Chinese-dataset/test.json"}
+_REASONS = SkipReasons(empty_text="query with empty text", no_tools="query whose plan calls no tool",
+                       unknown_tool="query calling a tool no record defines",
+                       repeated_tool="repeated call of a tool already in the query's gold list")
 
 
 @dataclass(frozen=True)
@@ -112,22 +116,14 @@ def load_original(root: Path, lang: str, dependency_splits: Sequence[str] | None
     records, defs, domains = read_original(path, skipped)
     tools = [Tool(n, n, d["description"], category=", ".join(domains.get(n, [])) or None,
                   parameters=d.get("arguments"), returns=d.get("results")) for n, d in defs.items()]
+    filt = QueryFilter(_REASONS, skipped)
     queries: list[Query] = []
     edges: Counter = Counter()
     for rec in records:
         names = [c[0] for c in rec.calls]
-        if not rec.question:
-            skipped["query with empty text"] += 1
+        if filt.reject(rec.question, names, defs):
             continue
-        if not names:
-            skipped["query whose plan calls no tool"] += 1
-            continue
-        if any(n not in defs for n in names):
-            skipped["query calling a tool no record defines"] += 1
-            continue
-        gold = tuple(dict.fromkeys(names))
-        skipped["repeated call of a tool already in the query's gold list"] += len(names) - len(gold)
-        queries.append(Query(str(rec.index), rec.question, gold, "test", tuple(c[1] for c in rec.calls)))
+        queries.append(Query(str(rec.index), rec.question, filt.gold(names), "test", tuple(c[1] for c in rec.calls)))
         if "test" in dep_splits:
             sequence_edges(names, edges, skipped)
     deps = [Dependency(s, t, "sequence") for s, t in edges]

@@ -64,3 +64,20 @@ print("ok")
 """
     run = _python(code)
     assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-2000:]
+
+
+def test_a_bm25_config_loads_bm25_and_the_layers_below_only():
+    """The registry imports the module named like the retriever first, so a BM25 config does not
+    drag in every retriever (the issue measured 28 modules and PyG before the layering)."""
+    code = """
+import json, sys
+from toolgraph.config import EvaluateConfig, load_config
+load_config(EvaluateConfig, ["configs/eval/bm25_toollens.yaml"])
+print(json.dumps(sorted(m for m in sys.modules if m.startswith("toolgraph"))))
+"""
+    run = _python(code)
+    assert run.returncode == 0, run.stderr[-2000:]
+    loaded = json.loads(run.stdout.strip().splitlines()[-1])
+    assert "toolgraph.retrieval.bm25" in loaded and len(loaded) <= 16, loaded
+    assert not [m for m in loaded if m.startswith(("toolgraph.tasks", "toolgraph.training", "toolgraph.retrieval.dense",
+                                                   "toolgraph.data.graph", "toolgraph.nn"))], loaded

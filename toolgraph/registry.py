@@ -1,14 +1,18 @@
 """Name -> object registries. YAML names things; it never holds import paths.
 
-A registry knows the *home* of its components (the package or modules that register them). When a
-name is missing, it imports its home by name once and looks again. This is the one place where
-toolgraph imports modules by name: nothing imports a package only to fill a registry, so loading
-an evaluation config never pulls in the training side (Lightning) or the graph side (PyG).
+A registry knows the *home* of its components (the packages or modules that register them). When
+a name is missing, it imports the home module named like the component (``bm25`` ->
+``toolgraph.retrieval.bm25``) and, if that does not register it, every module of its home, once.
+This is the one place where toolgraph imports modules by name: nothing imports a package only to
+fill a registry, so loading a BM25 evaluation config imports BM25 and the layers below it, never
+the training side (Lightning) or the graph side (PyG).
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import pkgutil
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
@@ -35,16 +39,36 @@ class Registry(Generic[T]):
 
         return deco
 
+    def _import_named(self, name: str) -> None:
+        """Import the home module named like ``name`` (``api-bank`` -> ``api_bank``), if there is one."""
+        stem = name.replace("-", "_")
+        if not stem.isidentifier():
+            return
+        for package in self.home:
+            if importlib.util.find_spec(package).submodule_search_locations is None:
+                continue  # a module, not a package
+            if importlib.util.find_spec(f"{package}.{stem}") is not None:
+                importlib.import_module(f"{package}.{stem}")
+
     def _import_home(self) -> None:
+        """Import every module of every home package (and the home modules themselves), once."""
         if self._home_imported:
             return
         self._home_imported = True  # first: the home's own imports may ask this registry again
-        for module in self.home:
-            importlib.import_module(module)
+        for package in self.home:
+            module = importlib.import_module(package)
+            for info in pkgutil.iter_modules(getattr(module, "__path__", [])):
+                importlib.import_module(f"{package}.{info.name}")
+
+    def _lookup(self, name: str) -> None:
+        if name not in self._items and not self._home_imported:
+            self._import_named(name)
+        if name not in self._items:
+            self._import_home()
 
     def get(self, name: str) -> T:
         if name not in self._items:
-            self._import_home()
+            self._lookup(name)
         if name not in self._items:
             known = ", ".join(sorted(self._items)) or "(none)"
             raise ConfigError(f"unknown {self.kind} {name!r}; known: {known}")
@@ -59,8 +83,8 @@ class Registry(Generic[T]):
         return sorted(self._items)
 
     def __contains__(self, name: object) -> bool:
-        if name not in self._items:
-            self._import_home()
+        if isinstance(name, str) and name not in self._items:
+            self._lookup(name)
         return name in self._items
 
     def __iter__(self) -> Iterator[str]:

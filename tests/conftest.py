@@ -7,6 +7,17 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "disabled")
 
+try:  # property-based tests (tests/test_properties.py): a bounded example count everywhere
+    from hypothesis import settings as _hypothesis_settings
+except ImportError:
+    pass
+else:
+    _hypothesis_settings.register_profile("ci", max_examples=60, deadline=None, derandomize=True, database=None,
+                                          print_blob=True)
+    _hypothesis_settings.register_profile("dev", max_examples=60, deadline=None)
+    _hypothesis_settings.register_profile("thorough", max_examples=2000, deadline=None)
+    _hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
+
 _DEFAULT_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
 
 
@@ -173,8 +184,7 @@ MCP_SERVERS = [
     {"name": "web-search", "description": "Search the web", "category": "Search",
      "tools": {"ddg": {"tools": [
          {"name": "search", "description": "web search for any text query", "inputSchema": {}},
-         {"name": "fetch_page", "description": "download a web page as text", "inputSchema": {}}]},
-               "ddg-copy": {"tools": [{"name": "search", "description": "duplicate config", "inputSchema": {}}]}}},
+         {"name": "fetch_page", "description": "download a web page as text", "inputSchema": {}}]}}},
     {"name": "finance", "description": "Stock prices and currency exchange", "category": "Finance",
      "tools": [{"name": "stock_quote", "description": "latest price of a stock ticker", "inputSchema": {}},
                {"name": "convert_currency", "description": "convert an amount between currencies",

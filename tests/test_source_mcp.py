@@ -20,8 +20,38 @@ def test_servers_become_agents_and_tools_keep_schema(mcp_catalog):
     t = ds.tool_by_id()["weather-server::get_forecast"]
     assert t.agent == "weather-server" and t.parameters["properties"]["city"] == {"type": "string"}
     assert "finance::convert_currency" in ds.tool_by_id()  # tools given as a plain list
-    assert len(ds.tools) == 10  # web-search's second config repeats 'search': first copy kept
-    assert ds.skipped["tool repeated inside a server (first kept)"] == 1
+    assert len(ds.tools) == 10
+
+
+def test_tool_repeated_inside_a_server_is_an_error_unless_told(tmp_path):
+    servers = [dict(MCP_SERVERS[3], tools={
+        "ddg": {"tools": [{"name": "search", "description": "web search"}, {"name": "fetch_page"}]},
+        "ddg-copy": {"tools": [{"name": "search", "description": "second copy"}]}})]
+    s, t = write_mcp_catalog(tmp_path, servers, [])
+    with pytest.raises(DataError, match=r"server 'web-search': duplicate tool inside a server 'web-search::search'"
+                                        r".*on_duplicate: keep-first or keep-last") as e:
+        load(s, t)
+    assert str(s) in str(e.value)
+    first = load(s, t, on_duplicate="keep-first")
+    assert first.tool_by_id()["web-search::search"].description == "web search"
+    assert first.skipped == {"repeated tool inside a server (first kept)": 1}
+    last = load(s, t, on_duplicate="keep-last")
+    assert last.tool_by_id()["web-search::search"].description == "second copy"
+    assert [t.id for t in last.tools] == ["web-search::search", "web-search::fetch_page"]
+    with pytest.raises(ConfigError, match="data.options.on_duplicate: 'keep' is not one of"):
+        load(s, t, on_duplicate="keep")
+
+
+def test_repeated_task_id_is_an_error_unless_told(tmp_path):
+    task = {"task_id": 7, "Question": "weather in Oslo", "Annotator Metadata": {"Tools": "1. get_forecast"}}
+    s, t = write_mcp_catalog(tmp_path, MCP_SERVERS[:1], [task, dict(task, Question="weather in Rome")])
+    with pytest.raises(DataError, match=r"task #1: duplicate task_id '7' \(first on task #0\)") as e:
+        load(s, t)
+    assert str(t) in str(e.value)
+    assert [q.text for q in load(s, t, on_duplicate="keep-first").queries] == ["weather in Oslo"]
+    last = load(s, t, on_duplicate="keep-last")
+    assert [q.text for q in last.queries] == ["weather in Rome"]
+    assert last.skipped["repeated task_id (last kept)"] == 1
 
 
 def test_gold_and_steps_from_numbered_lines(mcp_catalog):

@@ -12,15 +12,24 @@
 * A YAML file may start with ``defaults: [preset.yaml, ...]`` (paths relative to that file): the
   presets are merged first, in order, then the file over them.
 * ``--key=value`` is accepted as well as ``key=value`` (W&B sweep agents pass either).
+* Values are range-checked at load: a field declared with ``bounded(...)`` (``lr: float = bounded(2e-5,
+  gt=0)``; for a list, each item) and a schema's ``validate()`` (rules between fields, e.g.
+  ``eval.depth >= max(eval.ks)``) fail with a ``ConfigError`` naming the full key (``optim.lr``).
+* ``${...}`` interpolation is resolved only in what the user writes (``--config`` YAML files and
+  overrides). Plain dicts are saved configs (a checkpoint's, ``retriever.json``, an index config) and are
+  never resolved: a ``${...}`` in one is refused, so ``${oc.env:SECRET}`` cannot end up in a saved file.
 """
 
 from __future__ import annotations
 
+import functools
+import math
 import re
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from pathlib import Path
-from typing import Any, Literal
+from types import UnionType
+from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
@@ -35,6 +44,185 @@ ToolText = Literal["default", "name_desc", "toolbench", "io"]
 MetricName = Literal["recall", "precision", "ndcg", "map", "pass", "mrr", "ndcg_toolbench"]
 StepMerge = Literal["max", "interleave", "rrf"]
 SETTING = re.compile(r"standard|transductive|(inductive|noise)-\d+")
+
+
+# ---- value checks -------------------------------------------------------------------------------
+def _describe_range(gt: float | None, ge: float | None, lt: float | None, le: float | None) -> str:
+    parts = [f"> {gt}" if gt is not None else "", f">= {ge}" if ge is not None else "",
+             f"< {lt}" if lt is not None else "", f"<= {le}" if le is not None else ""]
+    return " and ".join(p for p in parts if p)
+
+
+def in_range(value: Any, gt: float | None = None, ge: float | None = None, lt: float | None = None,
+             le: float | None = None) -> str | None:
+    """What is wrong with ``value`` as a finite number within the bounds (None: nothing)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"must be a number, got {value!r}"
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"must be a finite number, got {value!r}"
+    if (gt is not None and not value > gt) or (ge is not None and not value >= ge) \
+            or (lt is not None and not value < lt) or (le is not None and not value <= le):
+        return f"must be {_describe_range(gt, ge, lt, le)}, got {value!r}"
+    return None
+
+
+def bounded(default: Any = MISSING, *, factory: Callable[[], Any] | None = None, gt: float | None = None,
+            ge: float | None = None, lt: float | None = None, le: float | None = None, nonempty: bool = False,
+            length: int | None = None, check: Callable[[Any], str | None] | None = None) -> Any:
+    """A dataclass field whose value ``load_config`` range-checks (``None`` always passes, for optional
+    fields); for a list, each item is checked, and ``nonempty`` / ``length`` constrain its size.
+    ``check(value)`` returns what is wrong with other values (None: fine)::
+
+        lr: float = bounded(2e-5, gt=0)
+        ks: list[int] = bounded(factory=lambda: [1, 5], ge=1, nonempty=True)
+    """
+
+    def problem(value: Any) -> str | None:
+        if check is not None:
+            return check(value)
+        if isinstance(value, (list, tuple)):
+            if nonempty and not value:
+                return "must not be empty"
+            if length is not None and len(value) != length:
+                return f"must have {length} items, got {len(value)}"
+            for item in value:
+                msg = in_range(item, gt, ge, lt, le)
+                if msg:
+                    return f"every item {msg}"
+            return None
+        return in_range(value, gt, ge, lt, le)
+
+    meta = {"check": problem}
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+class InvalidValue(ValueError):
+    """A value outside its range; ``key`` is the full dotted key (``optim.lr``)."""
+
+    def __init__(self, key: str, problem: str):
+        super().__init__(f"key '{key}': {problem}")
+        self.key, self.problem = key, problem
+
+
+def _choices(hint: Any) -> tuple[tuple, bool] | None:
+    """(allowed values, whether the field is a list of them) of a ``Literal`` field type (also inside
+    ``list[...]`` or ``| None``); None for any other type."""
+    args = [a for a in get_args(hint) if a is not type(None)] if get_origin(hint) in (Union, UnionType) else [hint]
+    if len(args) != 1:
+        return None
+    hint = args[0]
+    if get_origin(hint) is list and get_args(hint):
+        inner = _choices(get_args(hint)[0])
+        return (inner[0], True) if inner and not inner[1] else None
+    return (get_args(hint), False) if get_origin(hint) is Literal else None
+
+
+@functools.cache
+def _literal_fields(cls: type) -> dict[str, tuple[tuple, bool]]:
+    try:
+        hints = get_type_hints(cls)
+    except (NameError, TypeError):  # a type this module cannot resolve: OmegaConf checks it at load
+        return {}
+    return {name: c for name, hint in hints.items() if (c := _choices(hint)) is not None}
+
+
+def _wrong_choice(value: Any, allowed: tuple, many: bool) -> str | None:
+    for v in (value if many and isinstance(value, (list, tuple)) else [value]):
+        if v not in allowed:
+            return f"must be one of {', '.join(map(repr, allowed))}, got {v!r}"
+    return None
+
+
+def invalid_values(cfg: Any, prefix: str = "") -> Iterator[InvalidValue]:
+    """Every value of the typed config ``cfg`` (nested sections included) that breaks its field's
+    ``Literal`` choices, its ``bounded`` range or its class's ``validate()`` rules. ``load_config``
+    has OmegaConf check the choices as it merges; this catches a config built in code."""
+    if not is_dataclass(cfg) or isinstance(cfg, type):
+        return
+    choices = _literal_fields(type(cfg))
+    for f in fields(cfg):
+        value = getattr(cfg, f.name)
+        if f.name in choices and value is not None:
+            problem = _wrong_choice(value, *choices[f.name])
+            if problem:
+                yield InvalidValue(prefix + f.name, problem)
+                continue
+        rule = f.metadata.get("check")
+        if rule is not None and value is not None:
+            problem = rule(value)
+            if problem:
+                yield InvalidValue(prefix + f.name, problem)
+        yield from invalid_values(value, f"{prefix}{f.name}.")
+    validate = getattr(cfg, "validate", None)
+    if callable(validate):
+        for name, problem in validate():
+            yield InvalidValue(prefix + name, problem)
+
+
+def check_values(cfg: Any, prefix: str = "") -> Any:
+    """``cfg`` unchanged, or the ConfigError of its first out-of-range value (``key 'optim.lr': must be
+    > 0, got 0.0``). ``load_config`` calls it; call it on a config built in code to check it the same way."""
+    for bad in invalid_values(cfg, prefix):
+        raise ConfigError(str(bad))
+    return cfg
+
+
+def _int_or_share(what: str) -> Callable[[Any], str | None]:
+    """Lightning's limit_*_batches style: null, a count >= 0, or a share of the batches in [0, 1]."""
+
+    def check(value: Any) -> str | None:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return None if value >= 0 else f"must be >= 0 {what}, got {value!r}"
+        if isinstance(value, float):
+            return None if 0.0 <= value <= 1.0 else f"a share of {what} must be in [0, 1], got {value!r}"
+        return f"must be a number of {what} (int >= 0) or a share of them (float in [0, 1]), got {value!r}"
+
+    return check
+
+
+DURATION = re.compile(r"\d+:\d{1,2}:\d{1,2}:\d{1,2}")  # DD:HH:MM:SS (Lightning's time-based validation)
+
+
+def _val_check_interval(value: Any) -> str | None:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return None if value >= 1 else f"a number of training batches must be >= 1, got {value!r}"
+    if isinstance(value, float):
+        return None if 0.0 < value <= 1.0 else f"a share of an epoch must be in (0, 1], got {value!r}"
+    if isinstance(value, str) and DURATION.fullmatch(value):
+        return None
+    return ("must be a share of an epoch (float in (0, 1]), a number of training batches (int >= 1) or a "
+            f"duration 'DD:HH:MM:SS', got {value!r}")
+
+
+def _devices(value: Any) -> str | None:
+    if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and (value >= 1 or value == -1)):
+        return None
+    if isinstance(value, str) and re.fullmatch(r"-1|\d+|\d+(,\d*)+", value.strip()) and value.strip() != "0":
+        return None  # Lightning's "2", "-1", "0,1"
+    if isinstance(value, list) and value and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                                                 for v in value):
+        return None
+    return f"must be 'auto', a device count >= 1 (or -1: all), or a list of device indices, got {value!r}"
+
+
+def no_interpolation(values: Any, where: str, key: str = "") -> None:
+    """Refuse any ``${...}`` in ``values`` (a saved config's plain data): it would be resolved on load,
+    e.g. ``${oc.env:SECRET}`` read from the environment and written back into a saved file."""
+    if isinstance(values, str):
+        if "${" in values:
+            raise ConfigError(f"{where}: key '{key or '?'}': {values[:80]!r} is an interpolation; saved configs "
+                              "(checkpoints, retriever.json, index configs) are never resolved: write the value "
+                              "itself")
+    elif isinstance(values, Mapping):
+        for k, v in values.items():
+            if isinstance(k, str) and "${" in k:
+                raise ConfigError(f"{where}: key {k[:80]!r} is an interpolation; saved configs are never resolved")
+            no_interpolation(v, where, f"{key}.{k}" if key else str(k))
+    elif isinstance(values, (list, tuple)):
+        for i, v in enumerate(values):
+            no_interpolation(v, where, f"{key}[{i}]")
 
 
 # ---- data ---------------------------------------------------------------------------------------
@@ -55,12 +243,12 @@ class DataConfig:
 
 @dataclass
 class TextDataConfig(DataConfig):
-    batch_size: int = 32  # queries per batch per device
-    eval_batch_size: int = 128
-    max_query_length: int = 64  # training truncation (speed)
-    max_tool_length: int = 128
-    eval_max_query_length: int = 128  # val/test and the exported retriever: long queries kept whole
-    num_workers: int = 0
+    batch_size: int = bounded(32, ge=1)  # queries per batch per device
+    eval_batch_size: int = bounded(128, ge=1)
+    max_query_length: int = bounded(64, ge=1)  # training truncation (speed)
+    max_tool_length: int = bounded(128, ge=1)
+    eval_max_query_length: int = bounded(128, ge=1)  # val/test and the exported retriever: long queries kept whole
+    num_workers: int = bounded(0, ge=0)
     val_split: str = "val"  # the split validated on during fit
     test_split: str = "test"
 
@@ -68,15 +256,20 @@ class TextDataConfig(DataConfig):
 # ---- evaluation ---------------------------------------------------------------------------------
 @dataclass
 class EvalConfig:
-    ks: list[int] = field(default_factory=lambda: [1, 3, 5, 7, 10])
-    metrics: list[MetricName] = field(default_factory=lambda: ["recall", "precision", "ndcg", "map", "pass", "mrr"])
-    depth: int = 100  # tools retrieved per query (the curves go up to here)
-    batch_size: int = 256  # queries per retrieve() call
+    ks: list[int] = bounded(factory=lambda: [1, 3, 5, 7, 10], ge=1, nonempty=True)
+    metrics: list[MetricName] = bounded(factory=lambda: ["recall", "precision", "ndcg", "map", "pass", "mrr"],
+                                        check=lambda v: None if v else "must name at least one metric")
+    depth: int = bounded(100, ge=1)  # tools retrieved per query (the curves go up to here); >= max(ks)
+    batch_size: int = bounded(256, ge=1)  # queries per retrieve() call
     agent_level: bool = True  # also score agents (a tool's owner) when the dataset has them
-    max_queries: int | None = None  # evaluate the first N queries of the split (smoke runs)
+    max_queries: int | None = bounded(None, ge=1)  # evaluate the first N queries of the split (smoke runs)
     query_mode: Literal["direct", "step-wise"] = "direct"  # step-wise: each step retrieved, then merged
     steps: Literal["annotated", "sentences", "auto"] = "auto"  # auto: annotated (Query.steps), else sentences
     step_merge: StepMerge = "max"  # retrieval/steps.py
+
+    def validate(self) -> Iterator[tuple[str, str]]:
+        if self.ks and self.depth < max(self.ks):
+            yield "depth", f"must be >= max(eval.ks) = {max(self.ks)} (the deepest cut-off scored), got {self.depth}"
 
 
 @dataclass
@@ -97,34 +290,34 @@ class TaskConfig:
 
 @dataclass
 class OptimConfig:
-    lr: float = 2e-5
-    weight_decay: float = 0.01
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
-    eps: float = 1e-8
-    warmup_steps: int | None = None  # overrides warmup_ratio when set
-    warmup_ratio: float = 0.1
+    lr: float = bounded(2e-5, gt=0)
+    weight_decay: float = bounded(0.01, ge=0)
+    betas: list[float] = bounded(factory=lambda: [0.9, 0.999], ge=0, lt=1, length=2)
+    eps: float = bounded(1e-8, gt=0)
+    warmup_steps: int | None = bounded(None, ge=0)  # overrides warmup_ratio when set
+    warmup_ratio: float = bounded(0.1, ge=0, le=1)
     schedule: Literal["linear", "cosine", "constant"] = "linear"  # after warmup
 
 
 @dataclass
 class TrainerConfig:
     accelerator: Literal["auto", "cpu", "gpu", "cuda", "mps", "tpu"] = "auto"
-    devices: Any = "auto"  # int, list or "auto"
-    num_nodes: int = 1
+    devices: Any = bounded("auto", check=_devices)  # int, list or "auto"
+    num_nodes: int = bounded(1, ge=1)
     strategy: str = "auto"  # auto | ddp | ddp_spawn | fsdp | deepspeed... (Lightning's names)
     precision: Literal["32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true"] = "32-true"
-    max_epochs: int = 1
-    max_steps: int = -1
-    accumulate_grad_batches: int = 1
-    gradient_clip_val: float | None = 1.0
-    val_check_interval: Any = 1.0  # float (share of an epoch) or int (batches)
-    check_val_every_n_epoch: int | None = 1
-    limit_train_batches: Any = None
-    limit_val_batches: Any = None
-    log_every_n_steps: int = 10
+    max_epochs: int = bounded(1, ge=-1)  # -1: no limit
+    max_steps: int = bounded(-1, ge=-1)  # -1: no limit
+    accumulate_grad_batches: int = bounded(1, ge=1)
+    gradient_clip_val: float | None = bounded(1.0, ge=0)
+    val_check_interval: Any = bounded(1.0, check=_val_check_interval)  # float (share of an epoch) or int (batches)
+    check_val_every_n_epoch: int | None = bounded(1, ge=1)
+    limit_train_batches: Any = bounded(None, check=_int_or_share("training batches"))
+    limit_val_batches: Any = bounded(None, check=_int_or_share("validation batches"))
+    log_every_n_steps: int = bounded(10, ge=1)
     deterministic: bool = False
     enable_progress_bar: bool = True
-    num_sanity_val_steps: int = 0
+    num_sanity_val_steps: int = bounded(0, ge=-1)
 
 
 @dataclass
@@ -140,8 +333,8 @@ class LoggerConfig:
 class CheckpointConfig:
     monitor: str = "val/recall@5"  # checked against what model.name logs when training starts
     mode: Literal["max", "min"] = "max"
-    save_top_k: int = 1
-    every_n_train_steps: int | None = None  # also save last.ckpt every N steps (mid-epoch resume)
+    save_top_k: int = bounded(1, ge=-1)  # -1: keep all
+    every_n_train_steps: int | None = bounded(None, ge=1)  # also save last.ckpt every N steps (mid-epoch resume)
 
 
 @dataclass
@@ -154,7 +347,7 @@ class TrainConfig:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     seed: int = 0
-    out_dir: str = "runs/default"
+    out_dir: str = bounded("runs/default", check=lambda v: None if str(v).strip() else "must name a folder")
     resume: str | None = None  # "auto" (out_dir/checkpoints/last.ckpt if present) or a path
     test: bool = True
     export: bool = True
@@ -195,17 +388,27 @@ def load_yaml(path: str | Path) -> DictConfig:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: config file not found")
+    raw = path.read_bytes()
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml.safe_load(raw.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not valid UTF-8 at byte offset {e.start}; re-save the file as UTF-8") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f":{mark.line + 1}" if mark is not None else ""
         raise ConfigError(f"{path}{where}: invalid YAML: {getattr(e, 'problem', e)}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: invalid YAML: nested too deeply") from None
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: top level must be a mapping, got {type(data).__name__}")
-    return OmegaConf.create(data)
+    try:
+        return OmegaConf.create(data)
+    except OmegaConfBaseException as e:
+        raise ConfigError(f"{path}: {str(e).splitlines()[0]}") from None
+    except RecursionError:  # an alias that contains itself (a: &x [*x])
+        raise ConfigError(f"{path}: a YAML alias refers to itself (or nesting is too deep)") from None
 
 
 def yaml_sources(path: str | Path, _seen: tuple[Path, ...] = ()) -> list[tuple[str, DictConfig]]:
@@ -214,14 +417,17 @@ def yaml_sources(path: str | Path, _seen: tuple[Path, ...] = ()) -> list[tuple[s
     if path.resolve() in _seen:
         raise ConfigError(f"{path}: defaults form a cycle ({' -> '.join(str(p) for p in (*_seen, path))})")
     node = load_yaml(path)
-    presets = node.pop("defaults", None) if "defaults" in node else []
+    try:
+        presets = node.pop("defaults", None) if "defaults" in node else []
+    except OmegaConfBaseException as e:  # e.g. an interpolation that resolves to nothing
+        raise ConfigError(f"{path}: key 'defaults': {str(e).splitlines()[0]}") from None
     if isinstance(presets, str):
         presets = [presets]
     if not OmegaConf.is_list(presets) and not isinstance(presets, list):
         raise ConfigError(f"{path}: key 'defaults' must be a list of YAML paths relative to the file")
     out: list[tuple[str, DictConfig]] = []
     for preset in presets:
-        if not isinstance(preset, str):
+        if not isinstance(preset, str) or not preset.strip() or "\x00" in preset:
             raise ConfigError(f"{path}: key 'defaults': entries must be paths, got {preset!r}")
         out += yaml_sources(path.parent / preset, (*_seen, path.resolve()))
     return out + [(str(path), node)]
@@ -234,6 +440,7 @@ def load_config(schema: Any, files: Sequence[str | Path | Mapping] = (), overrid
     sources: list[tuple[str, DictConfig]] = []
     for f in files:
         if isinstance(f, Mapping):
+            no_interpolation(f, where)  # saved data: never resolved (module docstring)
             try:
                 sources.append((where, OmegaConf.create(dict(f))))
             except OmegaConfBaseException as e:
@@ -241,20 +448,25 @@ def load_config(schema: Any, files: Sequence[str | Path | Mapping] = (), overrid
         else:
             sources += yaml_sources(f)
     dotlist = parse_overrides(overrides)
-    try:
-        sources += [(f"override {item!r}", OmegaConf.from_dotlist([item])) for item in dotlist]
-    except OmegaConfBaseException as e:
-        raise ConfigError(f"overrides: {e}") from None
+    for item in dotlist:
+        try:
+            sources.append((f"override {item!r}", OmegaConf.from_dotlist([item])))
+        except (OmegaConfBaseException, yaml.YAMLError, RecursionError) as e:  # the value is parsed as YAML
+            msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise ConfigError(f"override {item!r}: {msg}") from None
 
     base = OmegaConf.structured(schema)
     for section, (default, make) in POLYMORPHIC.items():
         if section not in base or base.get(section) is not None:  # only the open slots of run schemas
             continue
         name = default
-        for _, src in sources:  # the last source that names the section's kind wins
-            node = src.get(section)
-            if isinstance(node, DictConfig) and node.get("name") is not None:
-                name = node.get("name")
+        for src_name, src in sources:  # the last source that names the section's kind wins
+            try:
+                node = src.get(section)
+                if isinstance(node, DictConfig) and node.get("name") is not None:
+                    name = node.get("name")
+            except OmegaConfBaseException as e:  # e.g. retriever: ${missing}
+                raise ConfigError(f"{src_name}: key '{section}': {str(e).splitlines()[0]}") from None
         try:
             base[section] = OmegaConf.structured(make(str(name)))
         except ConfigError as e:
@@ -267,14 +479,31 @@ def load_config(schema: Any, files: Sequence[str | Path | Mapping] = (), overrid
     for src_name, src in sources:
         try:
             base = OmegaConf.merge(base, src)
-        except OmegaConfBaseException as e:
+        except (OmegaConfBaseException, TypeError) as e:  # TypeError: a list merged onto a mapping
             key = getattr(e, "full_key", None) or "?"
             msg = str(e).splitlines()[0]
             raise ConfigError(f"{src_name}: key '{key}': {msg}") from None
     try:
-        return OmegaConf.to_object(base)
+        cfg = OmegaConf.to_object(base)
     except OmegaConfBaseException as e:
         raise ConfigError(f"key '{getattr(e, 'full_key', '?')}': {str(e).splitlines()[0]}") from None
+    for bad in invalid_values(cfg):
+        raise ConfigError(f"{_source_of(bad.key, sources)}{bad}") from None
+    return cfg
+
+
+def _source_of(key: str, sources: Sequence[tuple[str, DictConfig]]) -> str:
+    """``"<file or override>: "`` for the last source that sets ``key`` ("" when it is a default)."""
+    for name, src in reversed(sources):
+        try:
+            if OmegaConf.select(src, key, default=_UNSET, throw_on_missing=False) is not _UNSET:
+                return f"{name}: "
+        except OmegaConfBaseException:
+            continue
+    return ""
+
+
+_UNSET = object()
 
 
 def from_dict(schema: Any, values: Mapping[str, Any], where: str = "saved config") -> Any:
@@ -293,4 +522,6 @@ def to_yaml(cfg: Any) -> str:
 
 
 def to_dict(cfg: Any) -> dict:
-    return OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)  # type: ignore[return-value]
+    """Plain data, as saved in checkpoints and retriever.json. Never resolves ``${...}``: a config
+    loaded by ``load_config`` holds resolved values already, and a literal must stay a literal."""
+    return OmegaConf.to_container(OmegaConf.structured(cfg), resolve=False)  # type: ignore[return-value]

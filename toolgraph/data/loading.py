@@ -31,9 +31,11 @@ def data_root(root: str | Path | None = None) -> Path:
 def load_dataset(name: str, root: str | Path | None = None, **options: Any) -> ToolDataset:
     """Load a registered benchmark by name, or a canonical JSONL folder given as a path."""
     if name not in DATASETS and ("/" in name or Path(name).is_dir()):
-        if options:
-            raise DataError(f"options {sorted(options)} are for registered adapters, not JSONL folders", name)
-        return read_dataset(name)
+        unknown = sorted(set(options) - {"on_duplicate"})
+        if unknown:
+            raise ConfigError(f"data.options: {unknown} are for registered adapters; a JSONL folder ({name}) "
+                              "takes only on_duplicate (error, keep-first, keep-last)")
+        return read_dataset(name, on_duplicate=options.get("on_duplicate", "error"))
     loader = DATASETS.get(name)
     params = inspect.signature(loader).parameters
     if not any(p.kind is p.VAR_KEYWORD for p in params.values()):

@@ -56,9 +56,18 @@ class Agent:
 class Query:
     id: str
     text: str
-    tools: tuple[str, ...]  # gold tool ids, in the source's order (call order where known)
+    tools: tuple[str, ...]  # gold tool ids, once each, in the source's order (call order where known)
     split: str = "test"
     steps: tuple[str, ...] | None = None  # sub-task texts, for step-wise retrieval
+
+    def __post_init__(self) -> None:
+        # The gold set is a set: a tool named twice is kept once, here, so that training (gold index
+        # tensors) and evaluation (gold id sets) count the same relevant tools. Readers count repeats.
+        if isinstance(self.tools, str) or isinstance(self.steps, str):
+            raise DataError(f"query {self.id!r}: tools and steps must be sequences of strings, not one string")
+        object.__setattr__(self, "tools", tuple(dict.fromkeys(self.tools)))
+        if self.steps is not None:
+            object.__setattr__(self, "steps", tuple(self.steps))
 
 
 @dataclass(frozen=True)

@@ -298,7 +298,9 @@ def write_tdi(tdi: TDISet, folder: str | Path) -> Path:
                 f.write(json.dumps(row, ensure_ascii=False) + "\n")
         tmp.replace(folder / f"{name}.jsonl")
     stats = {"counts": tdi.counts(), "config": tdi.config}
-    (folder / "stats.json").write_text(json.dumps(stats, indent=2) + "\n")
+    tmp = folder / ".stats.json.tmp"
+    tmp.write_text(json.dumps(stats, indent=2) + "\n")
+    tmp.replace(folder / "stats.json")  # the sets and their stats are each replaced whole
     return folder
 
 

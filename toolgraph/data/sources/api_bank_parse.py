@@ -45,17 +45,24 @@ def _parse_expr(text: str) -> ast.expr:
     """Parse one Python expression, retrying once with intra-word apostrophes escaped."""
     try:
         return ast.parse(text.strip(), mode="eval").body
-    except SyntaxError:
+    except (SyntaxError, ValueError):
         pass
+    except (RecursionError, MemoryError):  # nested deeper than the parser goes
+        raise ValueError("Python literal nested too deeply") from None
     try:
         return ast.parse(_APOSTROPHE.sub(r"\\'", text.strip()), mode="eval").body
-    except SyntaxError as e:
-        raise ValueError(f"unparsable Python literal: {e.msg}") from None
+    except (SyntaxError, ValueError) as e:
+        raise ValueError(f"unparsable Python literal: {getattr(e, 'msg', e)}") from None
+    except (RecursionError, MemoryError):
+        raise ValueError("Python literal nested too deeply") from None
 
 
 def py_literal(text: str) -> Any:
     """Lenient ``ast.literal_eval`` returning JSON-able values; ValueError when it cannot."""
-    return _to_json(_parse_expr(text))
+    try:
+        return _to_json(_parse_expr(text))
+    except RecursionError:
+        raise ValueError("Python literal nested too deeply") from None
 
 
 def parse_call(text: str) -> tuple[str, dict[str, str]] | None:
@@ -117,13 +124,18 @@ def csv_api_info(text: str) -> dict[str, Any]:
     ``output_parameters = {...}`` assignments) -> dict; ValueError when it is not that."""
     try:
         body = ast.parse(text).body
-    except SyntaxError as e:
-        raise ValueError(f"api_info is not Python: {e.msg}") from None
+    except (SyntaxError, ValueError) as e:
+        raise ValueError(f"api_info is not Python: {getattr(e, 'msg', e)}") from None
+    except (RecursionError, MemoryError):
+        raise ValueError("api_info nested too deeply") from None
     out: dict[str, Any] = {}
     for stmt in body:
         if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)):
             raise ValueError("api_info holds something other than simple assignments")
-        out[stmt.targets[0].id] = _to_json(stmt.value)
+        try:
+            out[stmt.targets[0].id] = _to_json(stmt.value)
+        except RecursionError:
+            raise ValueError("api_info nested too deeply") from None
     if not isinstance(out.get("description"), str):
         raise ValueError("api_info has no description")
     return out

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from toolgraph.data.formats import read_json, require_fields
+from toolgraph.data.formats import read_json, require_fields, utf8_errors
 from toolgraph.data.sources.api_bank_parse import csv_api_info, parse_call, py_literal, split_request, turns, user_text
 from toolgraph.errors import DataError
 
@@ -116,9 +116,11 @@ def read_test_level(path: Path, level: int, cat: Catalog, skipped: Counter) -> l
         for k, line in enumerate(rec["instruction"].partition("API descriptions:")[2].strip().split("\n")):
             if line.strip():
                 try:
-                    cat.add(json.loads(line), f"level-{level} prompt", skipped)
-                except json.JSONDecodeError as e:
-                    raise DataError(f"record {i}: API description line {k + 1} is not JSON: {e.msg}", path) from None
+                    spec = json.loads(line)
+                except (ValueError, RecursionError) as e:  # JSONDecodeError, or a value json cannot hold
+                    raise DataError(f"record {i}: API description line {k + 1} is not JSON: "
+                                    f"{getattr(e, 'msg', None) or e or 'nested too deeply'}", path) from None
+                cat.add(spec, f"level-{level} prompt", skipped)
         groups.setdefault(rec["file"], []).append(rec)
     out = []
     for file, recs in groups.items():
@@ -182,7 +184,7 @@ def read_csv(path: Path, cat: Catalog, skipped: Counter) -> dict[str, str]:
     if not path.is_file():
         raise DataError("file not found", path)
     scenario: dict[str, str] = {}
-    with path.open(encoding="utf-8", newline="") as f:
+    with utf8_errors(path), path.open(encoding="utf-8", newline="") as f:
         reader = csv.DictReader(f)
         missing = [c for c in _CSV_COLUMNS if c not in (reader.fieldnames or [])]
         if missing:

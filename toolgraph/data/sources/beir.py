@@ -7,12 +7,11 @@ fields (category, RapidAPI tool = agent, API name, description, parameters, retu
 
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
 from pathlib import Path
 
-from toolgraph.data.formats import iter_jsonl, read_tsv
+from toolgraph.data.formats import Duplicates, iter_jsonl, parse_json, read_tsv
 from toolgraph.data.schema import Agent, Query, Tool, ToolDataset
 from toolgraph.data.splits import carve_val
 from toolgraph.errors import DataError
@@ -31,10 +30,8 @@ def parse_toolbench_doc(text: str, path: Path, lineno: int) -> tuple[str, str, s
     if not m:
         raise DataError("not a ToolBench API document", path, lineno)
     category, tool, api, desc, req, opt, ret = m.groups()
-    try:
-        return category, tool, api, desc, {"required": json.loads(req), "optional": json.loads(opt)}, json.loads(ret)
-    except json.JSONDecodeError as e:
-        raise DataError(f"unparsable parameter JSON: {e.msg}", path, lineno) from None
+    params = {"required": parse_json(req, path, lineno), "optional": parse_json(opt, path, lineno)}
+    return category, tool, api, desc, params, parse_json(ret, path, lineno)
 
 
 def read_qrels(path: Path) -> dict[str, list[str]]:
@@ -52,19 +49,39 @@ def read_qrels(path: Path) -> dict[str, list[str]]:
     return out
 
 
+def _id_and_text(obj: object, path: Path, lineno: int, what: str) -> tuple[str, str]:
+    """A corpus or query line's ``_id`` (a string or a number) and its ``text`` (a string)."""
+    if not isinstance(obj, dict) or "_id" not in obj or "text" not in obj:
+        raise DataError(f"{what} line needs '_id' and 'text'", path, lineno)
+    ident, text = obj["_id"], obj["text"]
+    if isinstance(ident, bool) or not isinstance(ident, (str, int)) or not str(ident).strip():
+        raise DataError(f"'_id' must be a non-empty string or an integer, got {ident!r:.60}", path, lineno)
+    if not isinstance(text, str):
+        raise DataError(f"'text' must be a string, got {type(text).__name__}", path, lineno)
+    return str(ident), text
+
+
 def read_beir(folder: Path, name: str, splits: dict[str, str], parse_toolbench: bool = False,
-              val_fraction: float = 0.0, seed: int = 0) -> ToolDataset:
-    """Read a BEIR folder. ``splits`` maps our split name -> qrels file relative to ``folder``."""
+              val_fraction: float = 0.0, seed: int = 0, on_duplicate: str = "error") -> ToolDataset:
+    """Read a BEIR folder. ``splits`` maps our split name -> qrels file relative to ``folder``.
+    ``on_duplicate``: a query ``_id`` repeated in queries.jsonl is an ``error`` (default), or
+    ``keep-first`` / ``keep-last`` (counted in ``skipped``)."""
     folder = Path(folder)
+    skipped: Counter = Counter()
+    repeats = Duplicates("query _id", on_duplicate, skipped)  # the option is checked before any file is read
     corpus_path = folder / "corpus.jsonl"
     tools: list[Tool] = []
     agents: dict[str, Agent] = {}
+    tool_line: dict[str, int] = {}
     for lineno, obj in iter_jsonl(corpus_path):
-        if not isinstance(obj, dict) or "_id" not in obj or "text" not in obj:
-            raise DataError("corpus line needs '_id' and 'text'", corpus_path, lineno)
-        tid, text = str(obj["_id"]), obj["text"]
+        tid, text = _id_and_text(obj, corpus_path, lineno, "corpus")
         if not text.strip():
             raise DataError(f"empty text for corpus id {tid!r}", corpus_path, lineno)
+        if tid in tool_line:
+            raise DataError(f"duplicate corpus id {tid!r} (first on line {tool_line[tid]})", corpus_path, lineno)
+        tool_line[tid] = lineno
+        if obj.get("title") is not None and not isinstance(obj["title"], str):
+            raise DataError(f"'title' must be a string, got {type(obj['title']).__name__}", corpus_path, lineno)
         if parse_toolbench:
             category, agent, api, desc, params, returns = parse_toolbench_doc(text, corpus_path, lineno)
             agents.setdefault(agent, Agent(agent, agent, f"RapidAPI tool in category {category}"))
@@ -75,12 +92,11 @@ def read_beir(folder: Path, name: str, splits: dict[str, str], parse_toolbench: 
     texts: dict[str, str] = {}
     queries_path = folder / "queries.jsonl"
     for lineno, obj in iter_jsonl(queries_path):
-        if not isinstance(obj, dict) or "_id" not in obj or "text" not in obj:
-            raise DataError("query line needs '_id' and 'text'", queries_path, lineno)
-        texts[str(obj["_id"])] = obj["text"]
+        qid, text = _id_and_text(obj, queries_path, lineno, "query")
+        if repeats.add(qid, queries_path, lineno) != "skip":  # a repeat is an error unless on_duplicate says
+            texts[qid] = text
 
     known = {t.id for t in tools}
-    skipped: Counter = Counter()
     queries: list[Query] = []
     used: set[str] = set()
     for split, rel in splits.items():
@@ -104,7 +120,7 @@ def read_beir(folder: Path, name: str, splits: dict[str, str], parse_toolbench: 
 
 @DATASETS.register("beir")
 def load_beir(root: Path, path: str, splits: dict[str, str] | None = None, val_fraction: float = 0.0,
-              seed: int = 0, toolbench_docs: bool = False) -> ToolDataset:
+              seed: int = 0, toolbench_docs: bool = False, on_duplicate: str = "error") -> ToolDataset:
     """Any BEIR folder (``path`` absolute or relative to the data root)."""
     folder = Path(path) if Path(path).is_absolute() else root / path
     if splits is None:
@@ -113,7 +129,7 @@ def load_beir(root: Path, path: str, splits: dict[str, str] | None = None, val_f
             splits["val"] = "qrels/dev.tsv"
     if not splits:
         raise DataError("no qrels/{train,dev,val,test}.tsv found", folder)
-    return read_beir(folder, folder.name, splits, toolbench_docs, val_fraction, seed)
+    return read_beir(folder, folder.name, splits, toolbench_docs, val_fraction, seed, on_duplicate)
 
 
 @DATASETS.register("toollens")

@@ -9,7 +9,9 @@ Two catalog layouts are read:
   either the result (``{"tools": [...]}``) or the whole JSON-RPC reply (``{"result": {"tools": [...]}}``).
 
 An agent is a server (id = its name); a tool id is ``"<server>::<tool name>"``, its ``parameters``
-the ``inputSchema``. A tool name repeated inside one server (two configs) keeps the first copy.
+the ``inputSchema``. A tool name repeated inside one server (say, in two configs) is a DataError naming
+the server, unless ``on_duplicate`` is ``keep-first`` or ``keep-last`` (the repeat is then counted in
+``skipped``); the same option governs a ``task_id`` repeated in the tasks file.
 
 Tasks: a JSON list of ``{"task_id", "Question", "category", "Annotator Metadata": {"Steps": "1. …\\n2. …",
 "Tools": "1. tool_a\\n2. tool_b", "Number of tools": "2"}}``. Steps and gold tools come from the numbered
@@ -34,7 +36,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-from toolgraph.data.formats import read_json
+from toolgraph.data.formats import Duplicates, read_json
 from toolgraph.data.schema import Agent, Query, Tool, ToolDataset
 from toolgraph.data.sources._filter import QueryFilter, SkipReasons
 from toolgraph.errors import ConfigError, DataError
@@ -43,8 +45,7 @@ from toolgraph.registry import DATASETS
 DUPLICATE_POLICIES = ("category", "first", "all", "drop", "error")
 _NUMBERED = re.compile(r"^\s*(\d+)\s*[.)]\s*(.*)$")
 _QUALIFIED = re.compile(r"^(.+?)\s*(?:::|/|:|\.)\s*(.+)$")
-_REASONS = SkipReasons(empty_text="task with an empty Question", no_tools="task with no gold tool in the catalog",
-                       repeated_query="repeated task_id (first kept)")
+_REASONS = SkipReasons(empty_text="task with an empty Question", no_tools="task with no gold tool in the catalog")
 
 
 def _tool_objects(entry: Any, where: str, path: Path) -> list[dict]:
@@ -72,10 +73,11 @@ def _tool_objects(entry: Any, where: str, path: Path) -> list[dict]:
 class CatalogBuilder:
     """Servers and their tools, in catalog order; counts what it merges."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_duplicate: str = "error") -> None:
         self.agents: dict[str, Agent] = {}
         self.tools: dict[str, Tool] = {}
         self.skipped: Counter = Counter()
+        self.repeats = Duplicates("tool inside a server", on_duplicate, self.skipped)
 
     def add_server(self, name: str, description: Any, category: Any, tools: list[dict],
                    path: Path | None = None) -> None:
@@ -87,12 +89,11 @@ class CatalogBuilder:
         self.agents[name] = Agent(name, name, description.strip(), category or None)
         for t in tools:
             tid = f"{name}::{t['name'].strip()}"
-            if tid in self.tools:
-                self.skipped["tool repeated inside a server (first kept)"] += 1
-                continue
             desc = t.get("description") or ""
             if not isinstance(desc, str):
                 raise DataError(f"server {name!r} tool {t['name']!r}: 'description' must be a string", path)
+            if self.repeats.add(tid, path, f"server {name!r}") == "skip":
+                continue
             self.tools[tid] = Tool(tid, t["name"].strip(), desc.strip(), agent=name, category=category or None,
                                    parameters=t.get("inputSchema"))
 
@@ -126,11 +127,13 @@ def read_tools_list(path: Path, builder: CatalogBuilder, server: str | None = No
                        _tool_objects(body["tools"], f"server {name!r}", path), path)
 
 
-def read_catalog(servers: Path | None = None, tools_lists: Path | None = None) -> CatalogBuilder:
-    """Servers file and/or a folder (or single file) of tools/list responses, in that order."""
+def read_catalog(servers: Path | None = None, tools_lists: Path | None = None,
+                 on_duplicate: str = "error") -> CatalogBuilder:
+    """Servers file and/or a folder (or single file) of tools/list responses, in that order;
+    ``on_duplicate``: what a tool name repeated inside one server does (error, keep-first, keep-last)."""
     if servers is None and tools_lists is None:
         raise ConfigError("an MCP catalog needs 'servers' (a servers JSON file) or 'tools_lists' (a folder)")
-    builder = CatalogBuilder()
+    builder = CatalogBuilder(on_duplicate)
     if servers is not None:
         read_servers_file(servers, builder)
     if tools_lists is not None:
@@ -214,12 +217,14 @@ class GoldResolver:
         return cands[:1]
 
 
-def read_tasks(path: Path, resolver: GoldResolver, skipped: Counter, notes: dict) -> list[Query]:
+def read_tasks(path: Path, resolver: GoldResolver, skipped: Counter, notes: dict,
+               on_duplicate: str = "error") -> list[Query]:
     data = read_json(path)
     if not isinstance(data, list):
         raise DataError(f"expected a JSON list of tasks, got {type(data).__name__}", path)
     filt = QueryFilter(_REASONS, skipped)
-    queries: list[Query] = []
+    repeats = Duplicates("task_id", on_duplicate, skipped)
+    queries: dict[str, Query] = {}
     mismatch = 0
     for i, rec in enumerate(data):
         if not isinstance(rec, dict):
@@ -232,7 +237,12 @@ def read_tasks(path: Path, resolver: GoldResolver, skipped: Counter, notes: dict
                 or not isinstance(meta.get("Steps", ""), str):
             raise DataError(f"task #{i} ({tid!r}): 'Annotator Metadata' needs string 'Tools' and 'Steps'", path)
         qid = str(tid)
-        if filt.repeated(qid) or filt.blank(text):
+        verdict = repeats.add(qid, path, f"task #{i}")
+        if verdict == "skip":
+            continue
+        if verdict == "replace":  # keep-last: this record decides, even when it is then left out
+            queries.pop(qid, None)
+        if filt.blank(text):
             continue
         names = numbered_items(meta.get("Tools", ""))
         declared = meta.get("Number of tools")
@@ -243,10 +253,9 @@ def read_tasks(path: Path, resolver: GoldResolver, skipped: Counter, notes: dict
         if filt.empty(gold):
             continue
         steps = tuple(numbered_items(meta.get("Steps", ""))) or None
-        filt.keep(qid)
-        queries.append(Query(qid, text.strip(), gold, "test", steps))
+        queries[qid] = Query(qid, text.strip(), gold, "test", steps)
     notes["tools_count_mismatch"] = mismatch
-    return queries
+    return list(queries.values())
 
 
 def _path(root: Path, p: str | None) -> Path | None:
@@ -258,14 +267,15 @@ def _path(root: Path, p: str | None) -> Path | None:
 
 @DATASETS.register("mcp")
 def load_mcp(root: Path, servers: str | None = None, tasks: str | None = None, tools_lists: str | None = None,
-             duplicate_names: str = "category", name: str = "mcp") -> ToolDataset:
+             duplicate_names: str = "category", name: str = "mcp", on_duplicate: str = "error") -> ToolDataset:
     """An MCP catalog (``servers`` file and/or ``tools_lists`` folder) with optional ``tasks``.
-    Relative paths resolve against the data root."""
-    builder = read_catalog(_path(root, servers), _path(root, tools_lists))
+    Relative paths resolve against the data root. ``on_duplicate``: a tool name repeated inside one
+    server, or a repeated task_id, is an ``error`` (default), or ``keep-first`` / ``keep-last``."""
+    builder = read_catalog(_path(root, servers), _path(root, tools_lists), on_duplicate)
     resolver = GoldResolver(builder, duplicate_names)
     skipped = Counter(builder.skipped)
     notes: dict[str, Any] = {"servers": servers, "tools_lists": tools_lists, "tasks": tasks,
-                             "duplicate_names": duplicate_names}
-    queries = read_tasks(_path(root, tasks), resolver, skipped, notes) if tasks is not None else []
+                             "duplicate_names": duplicate_names, "on_duplicate": on_duplicate}
+    queries = read_tasks(_path(root, tasks), resolver, skipped, notes, on_duplicate) if tasks is not None else []
     notes.update(resolver.counts)
     return ToolDataset(name, list(builder.tools.values()), queries, list(builder.agents.values()), [], +skipped, notes)

@@ -29,7 +29,7 @@ import csv
 from collections import Counter
 from pathlib import Path
 
-from toolgraph.data.formats import read_json, read_object_counting_repeats, require_fields
+from toolgraph.data.formats import read_json, read_object_counting_repeats, require_fields, utf8_errors
 from toolgraph.data.schema import Query, Tool, ToolDataset
 from toolgraph.data.sources._filter import QueryFilter, SkipReasons
 from toolgraph.data.splits import seeded_assign
@@ -55,7 +55,7 @@ def _csv_rows(path: Path) -> list[tuple[int, str, str]]:
     if not path.is_file():
         raise DataError("file not found", path)
     rows = []
-    with path.open(encoding="utf-8", newline="") as f:
+    with utf8_errors(path), path.open(encoding="utf-8", newline="") as f:
         reader = csv.reader(f)
         try:
             header = next(reader, None)

@@ -52,6 +52,8 @@ def _read_corpus(path: Path, catalog: Catalog, skipped: Counter) -> dict[str, st
             doc = json.loads(content)
         except json.JSONDecodeError as e:
             raise DataError(f"docid {docid!r}: malformed JSON document: {e.msg} (column {e.colno})", path, lineno) from None
+        except (ValueError, RecursionError) as e:  # a number json cannot convert, nesting too deep
+            raise DataError(f"docid {docid!r}: unreadable JSON document: {e or 'nested too deeply'}", path, lineno) from None
         docs[docid] = (catalog.add_api(doc, f"docid {docid!r}", path, lineno), content)
     return {d: tid for d, (tid, _) in docs.items()}
 

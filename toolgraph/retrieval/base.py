@@ -13,21 +13,27 @@ from __future__ import annotations
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
 
-from toolgraph.config import ToolText, from_dict, to_dict
-from toolgraph.data.formats import iter_jsonl
+from toolgraph.config import ToolText, check_values, from_dict, to_dict
+from toolgraph.data.formats import iter_jsonl, read_json
 from toolgraph.data.schema import Tool, ToolDataset, natural_key
 from toolgraph.errors import ConfigError, DataError
 from toolgraph.registry import RETRIEVERS
+from toolgraph.retrieval.manifest import MANIFEST, check_manifest, mark_writing, write_manifest
 from toolgraph.retrieval.steps import merged_scores
 from toolgraph.retrieval.topk import topk
 
 __all__ = ["Ranking", "Retriever", "RetrieverConfig", "build_retriever", "config_for", "natural_key"]
+
+# folders whose whole tree this load has checked against their manifest: members loaded from
+# inside them (a pipeline's first_stage/, an index's dense/) are not hashed a second time
+_VERIFIED: ContextVar[tuple[Path, ...]] = ContextVar("toolgraph_verified_folders", default=())
 
 
 @dataclass
@@ -66,7 +72,8 @@ class Retriever(ABC):
     name: ClassVar[str] = ""
 
     def __init__(self, config: Any = None):
-        self.config = config if config is not None else self.Config(name=self.name)
+        # a config built in code gets the checks load_config applies to a file (choices, ranges)
+        self.config = check_values(config, "retriever.") if config is not None else self.Config(name=self.name)
         self.tools: list[Tool] = []
 
     # ---- protocol ---------------------------------------------------------------------------
@@ -147,28 +154,59 @@ class Retriever(ABC):
         self.index([t for t in self.tools if t.id not in drop])
 
     def save(self, folder: str | Path) -> Path:
+        """Write the folder ``load`` rebuilds this retriever from; ``manifest.json`` (every file's
+        size and sha256, tensor shapes, tool count) is written last and marks the save complete."""
         folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        meta = {"retriever": self.name, "config": to_dict(self.config), "tools": len(self.tools)}
-        (folder / "retriever.json").write_text(json.dumps(meta, indent=2) + "\n")
+        mark_writing(folder)  # an interrupted save is refused on load, never half-loaded
         with (folder / "tools.jsonl").open("w", encoding="utf-8") as f:
             for t in self.tools:
                 f.write(json.dumps({k: v for k, v in vars(t).items() if v is not None}, ensure_ascii=False) + "\n")
         self._save_state(folder)
+        meta = {"retriever": self.name, "config": to_dict(self.config), "tools": len(self.tools)}
+        (folder / "retriever.json").write_text(json.dumps(meta, indent=2) + "\n")  # the last two files:
+        write_manifest(folder, self.name, len(self.tools))  # a watcher of either sees a finished save
         return folder
 
     @staticmethod
     def load(folder: str | Path) -> Retriever:
-        """Rebuild any saved retriever from its folder alone (it describes itself)."""
+        """Rebuild any saved retriever from its folder alone (it describes itself). The folder is
+        first checked against its ``manifest.json`` (once, sub-folders included); a damaged or
+        mixed folder is a DataError naming the file."""
         folder = Path(folder)
         meta_path = folder / "retriever.json"
         if not meta_path.is_file():
             raise DataError("not a saved retriever (retriever.json missing)", folder)
-        meta = json.loads(meta_path.read_text())
-        cls = RETRIEVERS.get(meta["retriever"])
+        here = folder.resolve()
+        verified = _VERIFIED.get()
+        inside = any(here == root or root in here.parents for root in verified)
+        manifest = None if inside else check_manifest(folder)
+        token = _VERIFIED.set(verified + (here,)) if manifest is not None else None
+        try:
+            return Retriever._load_checked(folder, manifest)
+        finally:
+            if token is not None:
+                _VERIFIED.reset(token)
+
+    @staticmethod
+    def _load_checked(folder: Path, manifest: dict | None) -> Retriever:
+        meta_path = folder / "retriever.json"
+        meta = read_json(meta_path)
+        if not isinstance(meta, dict) or not isinstance(meta.get("retriever"), str) \
+                or not isinstance(meta.get("config"), dict):
+            raise DataError("expected {\"retriever\": <name>, \"config\": {...}, \"tools\": <count>}; the "
+                            "folder is damaged: re-save the retriever", meta_path)
+        try:
+            cls = RETRIEVERS.get(meta["retriever"])
+        except ConfigError as e:
+            raise ConfigError(f"{meta_path}: retriever: {e}") from None
         config = config_for(cls, meta["config"], f"{meta_path}: config")
         r = cls(config)
-        r.tools = [Tool(**obj) for _, obj in iter_jsonl(folder / "tools.jsonl")]
+        r.tools = read_saved_tools(folder / "tools.jsonl")
+        for source, count in (("retriever.json", meta.get("tools")),
+                              (MANIFEST, manifest.get("tools") if manifest else None)):
+            if count is not None and count != len(r.tools):
+                raise DataError(f"{len(r.tools)} tools, but {source} says {count}: the folder mixes files of "
+                                "two saves or was cut short; re-save the retriever", folder / "tools.jsonl")
         r._load_state(folder)
         return r
 
@@ -191,6 +229,25 @@ class Retriever(ABC):
 
     def documents(self, tools: Sequence[Tool] | None = None) -> list[str]:
         return [t.document(self.config.tool_text) for t in (self.tools if tools is None else tools)]
+
+
+def read_saved_tools(path: Path) -> list[Tool]:
+    """The tools of a saved retriever's ``tools.jsonl``; a bad line is a DataError naming file:line."""
+    tools: list[Tool] = []
+    seen: dict[str, int] = {}
+    for lineno, obj in iter_jsonl(path):
+        try:
+            tool = Tool(**obj) if isinstance(obj, dict) else None
+        except TypeError as e:
+            raise DataError(f"not a tool record ({e}); re-save the retriever", path, lineno) from None
+        if tool is None or not isinstance(tool.id, str):
+            raise DataError("not a tool record (expected an object with id, name, description); re-save the "
+                            "retriever", path, lineno)
+        if tool.id in seen:
+            raise DataError(f"duplicate tool id {tool.id!r} (first on line {seen[tool.id]})", path, lineno)
+        seen[tool.id] = lineno
+        tools.append(tool)
+    return tools
 
 
 def _roll_up(tools: Ranking, owner: dict[str, str], k: int) -> Ranking:

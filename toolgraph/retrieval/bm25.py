@@ -9,6 +9,7 @@ import bm25s
 import numpy as np
 import torch
 
+from toolgraph.config import bounded
 from toolgraph.registry import RETRIEVERS
 from toolgraph.retrieval.base import Retriever, RetrieverConfig
 
@@ -16,8 +17,8 @@ from toolgraph.retrieval.base import Retriever, RetrieverConfig
 @dataclass
 class BM25Config(RetrieverConfig):
     name: str = "bm25"
-    k1: float = 1.5
-    b: float = 0.75
+    k1: float = bounded(1.5, ge=0)
+    b: float = bounded(0.75, ge=0, le=1)
     method: Literal["lucene", "robertson", "atire", "bm25l", "bm25+"] = "lucene"  # bm25s variants
     stopwords: str | None = "en"  # bm25s stopword list, or null
 

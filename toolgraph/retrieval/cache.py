@@ -14,7 +14,9 @@ import os
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
+
+from toolgraph.nn.storage import read_tensors
 
 
 def text_key(text: str, max_length: int) -> str:
@@ -34,7 +36,7 @@ class EmbeddingCache:
         self._loaded = True
         for shard in sorted(self.folder.glob("shard-*.safetensors")):
             keys = json.loads(shard.with_suffix(".json").read_text())
-            vectors = load_file(shard)["vectors"]
+            vectors = read_tensors(shard)["vectors"]  # in memory: a shard rewritten later cannot crash us
             self._rows.update(zip(keys, vectors, strict=True))
 
     def get(self, texts: list[str], max_length: int) -> tuple[dict[int, torch.Tensor], list[int]]:

@@ -14,9 +14,11 @@ from pathlib import Path
 from typing import Literal
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
+from toolgraph.data.formats import read_json
 from toolgraph.errors import DataError
+from toolgraph.nn.storage import read_tensors
 from toolgraph.registry import RETRIEVERS
 from toolgraph.retrieval.dense import DenseConfig, DenseRetriever
 
@@ -67,7 +69,18 @@ class ClassifierRetriever(DenseRetriever):
 
     def _load_state(self, folder: Path) -> None:
         self._base_dir = folder
-        head = load_file(str(folder / "head.safetensors"))
+        self._check_encoder_folder()
+        path = folder / "head.safetensors"
+        head = read_tensors(path)
+        self.head_tools = read_json(folder / "head_tools.json")
+        if not isinstance(self.head_tools, list) or not all(isinstance(t, str) for t in self.head_tools):
+            raise DataError("expected a JSON list of tool ids; re-save the retriever", folder / "head_tools.json")
+        if "weight" not in head or "bias" not in head:
+            raise DataError(f"expected tensors 'weight' and 'bias', found {sorted(head)[:5]}; re-save the retriever", path)
         self.weight, self.bias = head["weight"], head["bias"]
-        self.head_tools = json.loads((folder / "head_tools.json").read_text())
+        n = len(self.head_tools)
+        if self.weight.dim() != 2 or self.weight.shape[0] != n or tuple(self.bias.shape) != (n,):
+            raise DataError(f"the head has {self.weight.shape[0] if self.weight.dim() else 0} outputs (weight "
+                            f"{list(self.weight.shape)}, bias {list(self.bias.shape)}) for {n} tools in "
+                            "head_tools.json: the files come from different saves; re-save the retriever", path)
         self._build()

@@ -9,20 +9,40 @@ re-evaluating an unchanged model encodes nothing, and ``add_tools`` encodes only
 from __future__ import annotations
 
 import shutil
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
-from toolgraph.config import ToolText
+from toolgraph.config import ToolText, bounded
 from toolgraph.nn.encoder import _MINILM as _NAMED
-from toolgraph.nn.encoder import TextEncoder, load_backbone
+from toolgraph.nn.encoder import TextEncoder, check_encoder_folder, load_backbone
+from toolgraph.nn.storage import read_matrix
 from toolgraph.registry import RETRIEVERS
 from toolgraph.retrieval.base import Retriever, RetrieverConfig
 from toolgraph.retrieval.cache import EmbeddingCache
 from toolgraph.retrieval.encode import encode_texts
+
+_UNCACHED = threading.local()
+
+
+@contextmanager
+def embedding_cache_off():
+    """In this block, in this thread only, ``DenseRetriever.embed`` encodes without the embedding
+    cache: nothing is read from or written to ``cache_dir`` and nothing is kept in memory. The
+    server (``toolgraph serve``) answers every request inside it, so query vectors never reach the
+    disk; a thread switch also covers members built lazily on first use (an agent index's dense
+    encoder, a graph retriever's text embedder), which a walk over the loaded objects would miss."""
+    before = getattr(_UNCACHED, "on", False)
+    _UNCACHED.on = True
+    try:
+        yield
+    finally:
+        _UNCACHED.on = before
 
 
 @dataclass
@@ -31,9 +51,9 @@ class DenseConfig(RetrieverConfig):
     model: str = "all-MiniLM-L6-v2"  # HF id or local folder
     pooling: Literal["mean", "cls"] = "mean"
     normalize: bool = True
-    max_length: int = 256  # tokens per tool document
-    query_max_length: int | None = None  # tokens per query (None: max_length)
-    batch_size: int = 64
+    max_length: int = bounded(256, ge=1)  # tokens per tool document
+    query_max_length: int | None = bounded(None, ge=1)  # tokens per query (None: max_length)
+    batch_size: int = bounded(64, ge=1)
     query_prefix: str = ""  # e.g. "query: " for E5-style models
     doc_prefix: str = ""
     index: Literal["exact", "faiss", "faiss-hnsw"] = "exact"  # faiss: IndexFlatIP; faiss-hnsw: approximate
@@ -80,6 +100,9 @@ class DenseRetriever(Retriever):
     def embed(self, texts: list[str], what: str = "encoding", max_length: int | None = None) -> torch.Tensor:
         """texts -> [len, H], through the cache (keyed by text and truncation length)."""
         max_length = max_length or self.config.max_length
+        if getattr(_UNCACHED, "on", False):  # embedding_cache_off(): the server encodes without the cache
+            return encode_texts(self.encoder, self._tokenizer, texts, self.config.batch_size, max_length,
+                                self.device, progress=False)
         found, missing = self.cache.get(texts, max_length)
         out = torch.empty(len(texts), self.encoder.dim)
         for i, v in found.items():
@@ -149,12 +172,19 @@ class DenseRetriever(Retriever):
 
     def _load_state(self, folder: Path) -> None:
         self._base_dir = folder
+        self._check_encoder_folder()
         path = folder / "tool_vectors.safetensors"
         if path.is_file():
-            self.tool_vectors = load_file(str(path))["tool_vectors"]
+            self.tool_vectors = read_matrix(path, "tool_vectors", len(self.tools), "tools")
             self._build_faiss()
         else:
             self._build()
+
+    def _check_encoder_folder(self) -> None:
+        """An encoder saved with the retriever (e.g. ``encoder/``) is checked from its files now, so
+        a folder without its tokenizer fails at load instead of ranking every query as [UNK]."""
+        if self._base_dir is not None and (self._base_dir / self.config.model).is_dir():
+            check_encoder_folder(self._base_dir / self.config.model)
 
 
 @dataclass

@@ -13,8 +13,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
+from toolgraph.config import bounded
+from toolgraph.data.formats import read_json
+from toolgraph.errors import DataError
+from toolgraph.nn.storage import read_matrix, read_tensors
 from toolgraph.registry import RETRIEVERS
 from toolgraph.retrieval.base import Retriever, RetrieverConfig
 from toolgraph.retrieval.dense import text_embedder_for
@@ -27,13 +31,13 @@ if TYPE_CHECKING:
 class GNNConfig(RetrieverConfig):
     name: str = "gnn"
     gnn: Literal["lightgcn", "gat", "sage"] = "lightgcn"
-    dim: int = 384  # text feature size
-    layers: int = 2
-    hidden: int = 384
-    heads: int = 4
+    dim: int = bounded(384, ge=1)  # text feature size
+    layers: int = bounded(2, ge=0)
+    hidden: int = bounded(384, ge=1)
+    heads: int = bounded(4, ge=1)
     encoder: str = "all-MiniLM-L6-v2"  # frozen text encoder of the node features
-    max_tool_length: int = 128
-    max_query_length: int = 128
+    max_tool_length: int = bounded(128, ge=1)
+    max_query_length: int = bounded(128, ge=1)
     cache_dir: str | None = ".cache/embeddings"
 
 
@@ -89,8 +93,19 @@ class GNNRetriever(Retriever):
         save_file({"vectors": stacked.contiguous()}, str(folder / "graph_tools.safetensors"))
 
     def _load_state(self, folder: Path) -> None:
-        self.gnn.load_state_dict(load_file(str(folder / "gnn.safetensors")))
-        ids = json.loads((folder / "graph_tools.json").read_text())
-        vectors = load_file(str(folder / "graph_tools.safetensors"))["vectors"]
+        path = folder / "gnn.safetensors"
+        try:
+            self.gnn.load_state_dict(read_tensors(path))
+        except RuntimeError as e:  # missing / unexpected keys, other shapes
+            raise DataError(f"does not fit the configured {self.config.gnn} network ({str(e)[:300]}); "
+                            "re-save the retriever", path) from None
+        ids = read_json(folder / "graph_tools.json")
+        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+            raise DataError("expected a JSON list of tool ids; re-save the retriever", folder / "graph_tools.json")
+        if ids:
+            vectors = read_matrix(folder / "graph_tools.safetensors", "vectors", len(ids),
+                                  "tools of graph_tools.json")
+        else:
+            vectors = torch.zeros(0, 0)
         self.graph_tools = dict(zip(ids, vectors, strict=True))
         self._build()

@@ -42,11 +42,21 @@ def load_task(path: str | Path) -> Any:
     meta = ckpt.get("toolgraph") if isinstance(ckpt, dict) else None
     if not isinstance(meta, dict) or "hyper_parameters" not in ckpt:
         raise DataError("not a toolgraph checkpoint (no 'toolgraph' section)", path)
+    hparams = ckpt["hyper_parameters"]
+    if not isinstance(meta.get("task"), str) or "artifacts" not in meta or not isinstance(hparams, dict) \
+            or "config" not in hparams or not isinstance(ckpt.get("state_dict"), dict):
+        raise DataError("incomplete toolgraph checkpoint (needs toolgraph.task, toolgraph.artifacts, "
+                        "hyper_parameters.config and state_dict); it was cut short or not written by toolgraph",
+                        path)
     try:
-        task = TASKS.get(meta["task"])(ckpt["hyper_parameters"]["config"], artifacts=meta["artifacts"])
+        task = TASKS.get(meta["task"])(hparams["config"], artifacts=meta["artifacts"])
     except DataError as e:
         raise DataError(str(e), path) from None
-    task.load_state_dict(ckpt["state_dict"])
+    try:
+        task.load_state_dict(ckpt["state_dict"])
+    except RuntimeError as e:  # missing / unexpected keys, other shapes
+        raise DataError(f"the weights do not fit the {meta['task']} model its config describes "
+                        f"({str(e)[:300]}); the checkpoint is damaged or was edited", path) from None
     return task.eval()
 
 

@@ -46,10 +46,13 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
+from toolgraph.config import bounded
+from toolgraph.data.formats import read_json
 from toolgraph.data.schema import Tool, ToolDataset
 from toolgraph.errors import ConfigError, DataError
+from toolgraph.nn.storage import read_matrix, read_tensors
 from toolgraph.registry import RETRIEVERS
 from toolgraph.retrieval.base import Retriever, RetrieverConfig
 from toolgraph.retrieval.dense import text_embedder_for
@@ -59,14 +62,14 @@ from toolgraph.retrieval.dense import text_embedder_for
 class LoSemBConfig(RetrieverConfig):
     name: str = "losemb"
     encoder: str = "all-MiniLM-L6-v2"
-    max_tool_length: int = 128
-    max_query_length: int = 128
+    max_tool_length: int = bounded(128, ge=1)
+    max_query_length: int = bounded(128, ge=1)
     cache_dir: str | None = ".cache/embeddings"
-    layers: int = 2  # L
-    top_j: int = 10  # J
-    top_i: int = 20  # I
-    temperature: float = 0.05  # softmax of eq. 10
-    alpha: float = 0.0  # weight of the plain semantic cosine in eq. 14
+    layers: int = bounded(2, ge=0)  # L
+    top_j: int = bounded(10, ge=1)  # J
+    top_i: int = bounded(20, ge=1)  # I
+    temperature: float = bounded(0.05, gt=0)  # softmax of eq. 10
+    alpha: float = bounded(0.0, ge=0)  # weight of the plain semantic cosine in eq. 14
     edges: list[str] = field(default_factory=lambda: ["invokes"])  # graph of the logical features
     dependencies: str = "gold"  # when edges has depends_on: gold | an edges.jsonl
     graph: str | None = None  # a trained `model.gnn: lightgcn` run folder; None = parameter-free
@@ -244,12 +247,21 @@ class LoSemBRetriever(Retriever):
         (folder / "losemb.json").write_text(json.dumps(state) + "\n")
 
     def _load_state(self, folder: Path) -> None:
-        t = load_file(str(folder / "losemb.safetensors"))
-        state = json.loads((folder / "losemb.json").read_text())
-        self.query_x, self.query_delta = t["query_x"], t["query_delta"]
-        self.seen_delta = dict(zip(state["seen"], t["seen_delta"], strict=True)) if state["seen"] else {}
+        path, state_path = folder / "losemb.safetensors", folder / "losemb.json"
+        t = read_tensors(path)  # in memory: the file may be rewritten under a running server
+        state = read_json(state_path)
+        if not isinstance(state, dict) or any(k not in state for k in ("n_train", "query_tools", "seen", "examples")):
+            raise DataError("expected an object with n_train, query_tools, seen, examples; re-save the retriever",
+                            state_path)
+        n_queries = len(state["query_tools"])
+        self.query_x = read_matrix(path, "query_x", n_queries, "queries of losemb.json", t)
+        self.query_delta = read_matrix(path, "query_delta", n_queries, "queries of losemb.json", t)
+        seen = read_matrix(path, "seen_delta", len(state["seen"]), "seen tools of losemb.json", t) \
+            if state["seen"] else None
+        self.seen_delta = dict(zip(state["seen"], seen, strict=True)) if seen is not None else {}
         self.n_train, self.query_tools, self.examples = state["n_train"], state["query_tools"], state["examples"]
-        self.text_vectors = dict(zip((tool.id for tool in self.tools), t["tool_x"], strict=True))
+        tool_x = read_matrix(path, "tool_x", len(self.tools), "tools", t)
+        self.text_vectors = dict(zip((tool.id for tool in self.tools), tool_x, strict=True))
         self._build()
 
     # ---- analysis --------------------------------------------------------------------------------

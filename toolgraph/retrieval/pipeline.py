@@ -18,11 +18,13 @@ from typing import Any
 
 import torch
 
+from toolgraph.config import bounded
 from toolgraph.data.schema import ToolDataset
 from toolgraph.errors import ConfigError
 from toolgraph.registry import RETRIEVERS
 from toolgraph.retrieval.base import Retriever, RetrieverConfig, config_for
 from toolgraph.retrieval.loading import load
+from toolgraph.retrieval.manifest import mark_writing
 
 BELOW = -1.0e6  # scores of tools ranked after the reranked candidates
 
@@ -77,7 +79,7 @@ class PipelineConfig(RetrieverConfig):
     name: str = "pipeline"
     first_stage: Any = None  # path or config dict
     reranker: Any = None  # path or config dict (a saved pipeline's reranker is taken)
-    depth: int = 32  # first-stage candidates per query handed to the reranker
+    depth: int = bounded(32, ge=1)  # first-stage candidates per query handed to the reranker
 
 
 @RETRIEVERS.register("pipeline")
@@ -143,6 +145,7 @@ class PipelineRetriever(Retriever):
     def save(self, folder: str | Path) -> Path:
         first, rerank = self._members()
         folder = Path(folder)
+        mark_writing(folder)  # until the manifest is written, the folder does not load
         first.save(folder / "first_stage")
         rerank.save(folder / "reranker")
         return _save_with(self, folder, first_stage="first_stage", reranker="reranker")
@@ -157,9 +160,9 @@ class PipelineRetriever(Retriever):
 class FusionConfig(RetrieverConfig):
     name: str = "fusion"
     members: list[Any] = field(default_factory=list)  # paths or config dicts
-    weights: list[float] | None = None  # one per member (default: equal)
-    rrf_k: int = 60  # reciprocal rank fusion: sum_m w_m / (rrf_k + rank_m)
-    depth: int = 100  # each member's ranking depth
+    weights: list[float] | None = bounded(None, ge=0)  # one per member (default: equal)
+    rrf_k: int = bounded(60, ge=0)  # reciprocal rank fusion: sum_m w_m / (rrf_k + rank_m)
+    depth: int = bounded(100, ge=1)  # each member's ranking depth
 
 
 @RETRIEVERS.register("fusion")
@@ -209,6 +212,7 @@ class FusionRetriever(Retriever):
 
     def save(self, folder: str | Path) -> Path:
         folder = Path(folder)
+        mark_writing(folder)  # until the manifest is written, the folder does not load
         names = []
         for i, m in enumerate(self._members()):
             m.save(folder / f"member_{i}")

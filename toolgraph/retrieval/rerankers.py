@@ -13,11 +13,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
+from toolgraph.config import bounded
 from toolgraph.data.schema import ToolDataset
-from toolgraph.nn.encoder import load_backbone
+from toolgraph.errors import DataError
+from toolgraph.nn.encoder import check_encoder_folder, load_backbone
 from toolgraph.nn.rerankers import PairScorer, ToolRefiner
+from toolgraph.nn.storage import read_tensors
 from toolgraph.registry import RETRIEVERS
 from toolgraph.retrieval.base import Retriever, RetrieverConfig
 from toolgraph.retrieval.pipeline import BELOW, Reranker
@@ -26,8 +29,8 @@ from toolgraph.retrieval.pipeline import BELOW, Reranker
 @dataclass
 class RerankerConfig(RetrieverConfig):
     model: str = "model"  # the encoder folder (relative to the saved reranker)
-    max_length: int = 128  # query tokens (refiner) or pair tokens (cross-encoder)
-    batch_size: int = 32  # queries (refiner) or pairs (cross-encoder) per forward pass
+    max_length: int = bounded(128, ge=1)  # query tokens (refiner) or pair tokens (cross-encoder)
+    batch_size: int = bounded(32, ge=1)  # queries (refiner) or pairs (cross-encoder) per forward pass
     device: str = "auto"
 
 
@@ -51,9 +54,15 @@ class _NetworkReranker(Reranker):
         if self.network is None:
             path = self._base / self.config.model if self._base is not None else Path(self.config.model)
             backbone, self.tokenizer = load_backbone(str(path))
-            head = load_file(str(path.parent / "head.safetensors"))
-            self.network = self._make_network(backbone, head)
-            self.network.load_state_dict({**{f"backbone.{k}": v for k, v in backbone.state_dict().items()}, **head})
+            head_path = path.parent / "head.safetensors"
+            head = read_tensors(head_path)  # in memory: the file may be rewritten under a running server
+            try:
+                self.network = self._make_network(backbone, head)
+                self.network.load_state_dict({**{f"backbone.{k}": v for k, v in backbone.state_dict().items()},
+                                              **head})
+            except (KeyError, IndexError, RuntimeError) as e:  # missing / unexpected tensors, other shapes
+                raise DataError(f"does not fit the {self.name} network ({type(e).__name__}: {str(e)[:300]}); "
+                                "re-save the reranker", head_path) from None
         return self.network.to(_device(self.config.device)).eval()
 
     def _save_state(self, folder: Path) -> None:
@@ -66,6 +75,8 @@ class _NetworkReranker(Reranker):
     def _load_state(self, folder: Path) -> None:
         self._base = folder
         self.network = None
+        if (folder / self.config.model).is_dir():  # the tokenizer is checked now, the weights on first use
+            check_encoder_folder(folder / self.config.model)
 
     def _saved_config(self):
         c = self.config
@@ -138,6 +149,11 @@ class RefinerReranker(_NetworkReranker):
         super()._load_state(folder)
         self.vectors = Retriever.load(folder / self.config.vectors)
         self._row = {t.id: i for i, t in enumerate(self.vectors.tools)}
+        missing = [t.id for t in self.tools if t.id not in self._row]
+        if missing:
+            raise DataError(f"{len(self.vectors.tools)} tool vectors for {len(self.tools)} tools: no vector for "
+                            f"{missing[:3]}; the vectors retriever comes from another save: re-save the reranker",
+                            folder / self.config.vectors)
 
     def _saved_config(self):
         return RefinerRerankerConfig(**{**vars(self.config), "model": "model", "vectors": "vectors"})
@@ -146,7 +162,7 @@ class RefinerReranker(_NetworkReranker):
 @dataclass
 class CrossEncoderRerankerConfig(RerankerConfig):
     name: str = "cross_encoder"
-    max_length: int = 192  # query + tool document
+    max_length: int = bounded(192, ge=1)  # query + tool document
 
 
 @RETRIEVERS.register("cross_encoder")

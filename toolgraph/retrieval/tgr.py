@@ -17,8 +17,10 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-from toolgraph.data.formats import read_edges
+from toolgraph.config import bounded
+from toolgraph.data.formats import read_edges, read_json
 from toolgraph.data.schema import ToolDataset
+from toolgraph.errors import DataError
 from toolgraph.nn.propagate import gcn_smooth
 from toolgraph.registry import RETRIEVERS
 from toolgraph.retrieval.dense import DenseConfig, DenseRetriever
@@ -28,9 +30,9 @@ from toolgraph.retrieval.dense import DenseConfig, DenseRetriever
 class TGRConfig(DenseConfig):
     name: str = "tgr"
     graph: str = "gold"  # gold (dataset dependencies) | path to edges.jsonl from `toolgraph graph build`
-    threshold: float = 0.5  # edge-file probability at or above which an edge is kept
-    max_prerequisites: int | None = None  # edge file: keep each tool's k most probable prerequisites
-    layers: int = 1
+    threshold: float = bounded(0.5, ge=0, le=1)  # edge-file probability at or above which an edge is kept
+    max_prerequisites: int | None = bounded(None, ge=1)  # edge file: keep each tool's k most probable prerequisites
+    layers: int = bounded(1, ge=0)
     direction: Literal["to_prerequisite", "to_dependent", "symmetric"] = "to_prerequisite"  # nn/propagate.py
 
 
@@ -66,5 +68,8 @@ class TGRRetriever(DenseRetriever):
     def _load_state(self, folder: Path) -> None:
         path = folder / "edges.json"
         if path.is_file():
-            self.edges = [tuple(e) for e in json.loads(path.read_text())]
+            edges = read_json(path)
+            if not isinstance(edges, list) or not all(isinstance(e, list) and len(e) == 2 for e in edges):
+                raise DataError("expected a JSON list of [source, target] tool id pairs; re-save the retriever", path)
+            self.edges = [tuple(e) for e in edges]
         super()._load_state(folder)

@@ -15,7 +15,10 @@ from pathlib import Path
 
 import torch
 
+from toolgraph.config import bounded
+from toolgraph.data.formats import read_json
 from toolgraph.data.schema import ToolDataset
+from toolgraph.errors import DataError
 from toolgraph.registry import RETRIEVERS
 from toolgraph.retrieval.dense import DenseConfig, DenseRetriever
 
@@ -23,7 +26,7 @@ from toolgraph.retrieval.dense import DenseConfig, DenseRetriever
 @dataclass
 class Tool2VecConfig(DenseConfig):
     name: str = "tool2vec"
-    usage_weight: float = 1.0  # 1: usage only (the paper); 0: plain description vectors
+    usage_weight: float = bounded(1.0, ge=0, le=1)  # 1: usage only (the paper); 0: plain description vectors
     usage_splits: list[str] = field(default_factory=lambda: ["train"])  # never the evaluated split
 
 
@@ -68,5 +71,7 @@ class Tool2VecRetriever(DenseRetriever):
 
     def _load_state(self, folder: Path) -> None:
         path = folder / "usage.json"
-        self.usage = json.loads(path.read_text()) if path.is_file() else {}
+        self.usage = read_json(path) if path.is_file() else {}
+        if not isinstance(self.usage, dict) or not all(isinstance(v, list) for v in self.usage.values()):
+            raise DataError("expected a JSON object: tool id -> list of query texts; re-save the retriever", path)
         super()._load_state(folder)

@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 import yaml
 
-from toolgraph.errors import ToolgraphError
+from toolgraph.errors import DataError, ToolgraphError
 
 
 def _offline_defaults() -> None:
@@ -111,7 +112,15 @@ def cmd_graph(args: argparse.Namespace) -> int:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from toolgraph.config import EvaluateConfig, load_config, to_yaml
     from toolgraph.data import prepare_dataset
-    from toolgraph.evaluation import evaluate, format_table, write_report
+    from toolgraph.evaluation import (
+        check_output_folder,
+        evaluate,
+        format_table,
+        replace_folder,
+        retire_results,
+        write_report,
+        write_text_atomic,
+    )
     from toolgraph.retrieval.base import build_retriever
     from toolgraph.retrieval.loading import load
 
@@ -121,11 +130,13 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     cfg = load_config(EvaluateConfig, sources, args.overrides)
     if args.out:
         cfg.out = args.out
+    if cfg.out:  # before any work: never write into someone else's folder
+        check_output_folder(cfg.out, "--out" if args.out else "out")
     if args.print_config:
         print(to_yaml(cfg))
     ds = prepare_dataset(cfg.data)
     if args.checkpoint:
-        retriever = load(args.checkpoint)
+        retriever = _loading(args.checkpoint, load)
         name = f"{retriever.name} from {args.checkpoint}"
     else:
         retriever, name = build_retriever(cfg.retriever), cfg.retriever.name
@@ -135,13 +146,31 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if report.agent_metrics:
         print(format_table({"agents: " + label: report.agent_metrics}, cfg.eval.ks))
     print("timings: " + ", ".join(f"{k}={v:.2f}" for k, v in report.timings.items()))
-    if cfg.out:
-        write_report(report, cfg.out, cfg, ds)
-        (Path(cfg.out) / "config.yaml").write_text(to_yaml(cfg))
+    if cfg.out:  # the old results.json goes first and the new one comes last: never a mix of two runs
+        out = Path(cfg.out)
+        out.mkdir(parents=True, exist_ok=True)
+        retire_results(out)
+        write_text_atomic(out / "config.yaml", to_yaml(cfg))
         if not args.checkpoint:  # what fit() learned (Tool2Vec, LoSemB) loads with toolgraph.load(out/retriever)
-            retriever.save(Path(cfg.out) / "retriever")
-        print(f"wrote {cfg.out}/results.json, rankings.jsonl, curves.png, config.yaml, retriever/")
+            replace_folder(out / "retriever", retriever.save, "--out retriever/")
+        write_report(report, out, cfg, ds)
+        print(f"wrote {cfg.out}/results.json, rankings.jsonl, curves.png, config.yaml"
+              f"{'' if args.checkpoint else ', retriever/'}")
     return 0
+
+
+def _loading(path: str, fn):  # noqa: ANN001, ANN202 - fn: a loader of toolgraph.retrieval.loading
+    """``fn(path)``; any failure that is not already a toolgraph error becomes a DataError naming the file
+    (a damaged or foreign checkpoint / saved folder must not end in a traceback)."""
+    try:
+        return fn(path)
+    except ToolgraphError:
+        raise
+    except (OSError, KeyError, IndexError, TypeError, ValueError, AttributeError, RuntimeError,
+            UnicodeDecodeError, EOFError) as e:
+        raise DataError(f"cannot be loaded ({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}); "
+                        "is it a toolgraph checkpoint, run folder or saved retriever, complete and from this "
+                        "version? Re-export or re-train it", path) from e
 
 
 def _data_section_of_run(path: str) -> dict:
@@ -151,15 +180,26 @@ def _data_section_of_run(path: str) -> dict:
     p = Path(path)
     run_cfg = None
     if p.is_file() and p.suffix == ".ckpt":
-        ckpt = torch.load(p, map_location="cpu", weights_only=True)
-        run_cfg = ckpt.get("hyper_parameters", {}).get("config")
+        try:
+            ckpt = torch.load(p, map_location="cpu", weights_only=True)
+        except Exception as e:  # noqa: BLE001 - cut, foreign or pickled: one clear message
+            raise DataError(f"cannot be read as a weights-only checkpoint ({type(e).__name__}: "
+                            f"{str(e).splitlines()[0][:160] if str(e) else ''}); is it a complete toolgraph "
+                            "checkpoint?", p) from None
+        hp = ckpt.get("hyper_parameters") if isinstance(ckpt, dict) else None
+        run_cfg = hp.get("config") if isinstance(hp, dict) else None
     elif (p / "config.yaml").is_file():
-        run_cfg = yaml.safe_load((p / "config.yaml").read_text())
-    if not run_cfg or "data" not in run_cfg:
+        try:
+            run_cfg = yaml.safe_load((p / "config.yaml").read_text(encoding="utf-8"))
+        except (yaml.YAMLError, UnicodeDecodeError) as e:
+            raise DataError(f"not a readable run config ({type(e).__name__}); re-run the training or give "
+                            "--config", p / "config.yaml") from None
+    if not isinstance(run_cfg, dict) or not isinstance(run_cfg.get("data"), dict):
         return {}
     d = run_cfg["data"]
     keep = {k: d[k] for k in ("name", "root", "setting", "seed", "options") if k in d}
-    return {"data": {**keep, "split": d.get("test_split", "test")}, "eval": run_cfg.get("eval", {})}
+    ev = run_cfg.get("eval")
+    return {"data": {**keep, "split": d.get("test_split", "test")}, "eval": ev if isinstance(ev, dict) else {}}
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -186,7 +226,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_retrieve(args: argparse.Namespace) -> int:
     from toolgraph.retrieval.loading import load
 
-    retriever = load(args.checkpoint)
+    retriever = _loading(args.checkpoint, load)
     ranking = retriever.retrieve(args.queries, args.k)
     by_id = {t.id: t for t in retriever.tools}
     for query, ids, scores in zip(args.queries, ranking.ids, ranking.scores.tolist(), strict=True):
@@ -201,7 +241,8 @@ def cmd_retrieve(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     from toolgraph.serving import serve
 
-    serve(args.retriever, args.transport, args.host, args.port, args.max_batch)
+    serve(args.retriever, args.transport, args.host, args.port, args.max_batch, args.max_query_chars,
+          args.max_body_bytes, args.request_timeout, args.allowed_host, args.allowed_origin)
     return 0
 
 
@@ -212,38 +253,45 @@ def cmd_index(args: argparse.Namespace) -> int:
     if args.retriever_config:
         from omegaconf import OmegaConf
 
-        from toolgraph.config import yaml_sources
+        from toolgraph.config import no_interpolation, yaml_sources
 
         # the file over the presets its defaults: list names, as --config reads it
         spec = OmegaConf.to_container(OmegaConf.merge(*(node for _, node in yaml_sources(args.retriever_config))))
         spec = spec.get("retriever", spec)
-    counts = sync_index(args.catalog, args.index, spec)
+        # the spec is saved in the index's retriever.json: a ${oc.env:...} would be resolved into it
+        no_interpolation(spec, f"--retriever-config {args.retriever_config}", "retriever")
+    counts = sync_index(args.catalog, args.index, spec, wait=args.wait, on_duplicate=args.on_duplicate)
     print(json.dumps(counts))
     return 0
 
 
 def cmd_export(args: argparse.Namespace) -> int:
     """A checkpoint (e.g. one kept mid-run) -> the retriever folder train.py would have exported."""
+    from toolgraph.evaluation import check_output_folder
     from toolgraph.retrieval.loading import load_task
 
-    task = load_task(args.checkpoint)
+    # a new or empty folder, or an earlier export (replaced whole, atomically); anything else is refused
+    check_output_folder(args.out, "--out", ("retriever.json", "manifest.json"))
+    task = _loading(args.checkpoint, load_task)
     retriever = task.export_retriever(args.out)
     print(f"wrote {args.out}: {retriever.name} retriever over {len(retriever.tools)} tools")
     return 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from toolgraph.evaluation import format_table
+    from toolgraph.evaluation import format_table, read_results
 
     rows, ks = {}, [1, 3, 5, 7, 10]
     for folder in args.dirs:
         path = Path(folder) / "results.json"
         if not path.is_file():
-            raise ToolgraphError(f"{path}: not found (run toolgraph evaluate --out {folder} first)")
-        res = json.loads(path.read_text())
-        ks = res["config"]["eval"]["ks"]
-        kind = (res["config"].get("retriever") or res["config"].get("model") or {}).get("name", "?")
-        rows[f"{kind} ({Path(folder).name})"] = res["metrics"]
+            raise ToolgraphError(f"{path}: not found (run toolgraph evaluate --out {folder} first, or re-run it "
+                                 "if it was interrupted)")
+        res = read_results(path)
+        config = res.get("config") if isinstance(res.get("config"), dict) else {}
+        ks = (config.get("eval") or {}).get("ks", ks)
+        kind = (config.get("retriever") or config.get("model") or {}).get("name", "?")
+        rows[f"{kind} ({Path(folder).name})"] = res.get("metrics", {})
     print(format_table(rows, ks))
     return 0
 
@@ -297,14 +345,28 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--host", default="127.0.0.1")
     v.add_argument("--port", type=int, default=8000)
     v.add_argument("--max-batch", type=int, default=32, help="concurrent requests answered in one batch (1: off)")
+    v.add_argument("--max-query-chars", type=int, default=4096, help="longer queries are refused (HTTP 413 / MCP error)")
+    v.add_argument("--max-body-bytes", type=int, default=65536, help="larger request bodies are refused (HTTP 413)")
+    v.add_argument("--request-timeout", type=float, default=30.0, help="seconds before a request gets 503 / an MCP error")
+    v.add_argument("--allowed-host", action="append", default=None,
+                   help="accepted Host header, name:* = any port (repeatable; default 127.0.0.1:*, localhost:*, "
+                        "[::1]:*; '*': no Host/Origin check)")
+    v.add_argument("--allowed-origin", action="append", default=None,
+                   help="accepted Origin header (repeatable; default http://127.0.0.1:*, http://localhost:*, "
+                        "http://[::1]:*)")
     v.set_defaults(fn=cmd_serve)
 
     i = sub.add_parser("index", help="maintain a saved agent/tool index")
     i.add_argument("action", choices=["sync"])
     i.add_argument("catalog", help="MCP servers JSON, a folder of tools/list responses, or a dataset folder")
-    i.add_argument("--index", required=True, help="index folder (created if missing, replaced atomically)")
+    i.add_argument("--index", required=True,
+                   help="index folder (created if missing or empty, replaced atomically; any other folder is refused)")
     i.add_argument("--retriever-config", default=None,
                    help="YAML retriever config for a new index (default: t2a over all-MiniLM-L6-v2)")
+    i.add_argument("--wait", type=float, default=60.0,
+                   help="seconds to wait while another sync of the same index runs (0: fail at once)")
+    i.add_argument("--on-duplicate", choices=["error", "keep-first", "keep-last"], default="error",
+                   help="a tool name repeated inside one server: error (default), or keep one copy (counted)")
     i.set_defaults(fn=cmd_index)
 
     r = sub.add_parser("report", help="print the metrics table of evaluation folders")
@@ -335,11 +397,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not hasattr(args, "overrides"):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         args.overrides = list(args.overrides) + extra
+    from toolgraph.evaluation import Terminated, install_signal_handlers, received_signal
+
+    if args.fn is not cmd_serve:  # the server handles its own signals
+        install_signal_handlers()
     try:
         return args.fn(args)
     except ToolgraphError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except (KeyboardInterrupt, Terminated, SystemExit) as e:
+        # SIGINT / SIGTERM (also when Lightning turned them into SystemExit): temp files are removed and
+        # results.json is written last, so nothing is half-written; exit 128 + signal
+        signum = received_signal() or (signal.SIGINT if isinstance(e, KeyboardInterrupt) else None)
+        if signum is None:
+            raise
+        name = signal.Signals(signum).name
+        print(f"interrupted ({name}): stopped; nothing was half-written, an interrupted run has no "
+              "results.json (re-run it)", file=sys.stderr)
+        return 128 + int(signum)
 
 
 if __name__ == "__main__":

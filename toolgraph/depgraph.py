@@ -25,6 +25,7 @@ import torch
 
 from toolgraph.data.schema import Tool, ToolDataset, natural_key
 from toolgraph.data.tdi import LABEL_INDEX, Pair
+from toolgraph.evaluation import write_text_atomic
 
 
 @dataclass
@@ -186,6 +187,6 @@ def write_graph(edges: list[dict[str, Any]], stats: dict[str, Any], folder: str 
         for e in edges:
             f.write(json.dumps(e, ensure_ascii=False) + "\n")
     tmp.replace(folder / "edges.jsonl")
-    (folder / "stats.json").write_text(json.dumps(stats, indent=2, default=str) + "\n")
+    write_text_atomic(folder / "stats.json", json.dumps(stats, indent=2, default=str) + "\n")
     return folder
 

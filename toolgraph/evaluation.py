@@ -1,9 +1,23 @@
-"""Evaluate any Retriever on a dataset split: metrics, per-query rankings, curves, timings."""
+"""Evaluate any Retriever on a dataset split: metrics, per-query rankings, curves, timings.
+
+Outputs are written so that an interrupted run never leaves a half-written or mismatched folder:
+every file goes to a hidden temp name in its folder and is renamed over the old one (``atomic_path``),
+and ``results.json`` is removed when a run starts writing and written last, so it is the mark of a
+complete run (a folder without it was interrupted: re-run). SIGTERM / SIGINT unwind like an error
+(temp files removed) and the command exits 143 / 130 (``install_signal_handlers``).
+"""
 
 from __future__ import annotations
 
+import glob
 import json
+import os
+import re
+import shutil
+import signal
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -11,7 +25,7 @@ from typing import Any
 from toolgraph import metrics as M
 from toolgraph.config import EvalConfig, to_dict
 from toolgraph.data.schema import Query, ToolDataset
-from toolgraph.errors import ConfigError
+from toolgraph.errors import ConfigError, DataError
 from toolgraph.retrieval.base import Ranking, Retriever
 from toolgraph.retrieval.steps import sentences
 
@@ -106,19 +120,23 @@ def format_table(rows: dict[str, dict[str, float]], ks: list[int]) -> str:
     return "\n".join(lines)
 
 
-def write_report(report: Report, out: str | Path, config: Any, ds: ToolDataset) -> Path:
-    """results.json, rankings.jsonl and curves.png in ``out``."""
+def write_report(report: Report, out: str | Path, config: Any, ds: ToolDataset,
+                 extra: Callable[[], dict[str, Any]] | None = None) -> Path:
+    """rankings.jsonl, curves.png, then results.json (last: it marks the folder complete) in ``out``,
+    each written to a temp name and renamed. ``extra()`` adds top-level entries to results.json."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    results = {"metrics": report.metrics, "agent_metrics": report.agent_metrics, "config": to_dict(config),
-               "dataset": ds.stats(), "timings": report.timings, "curves": report.curves, "notes": report.notes}
-    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-    with (out / "rankings.jsonl").open("w", encoding="utf-8") as f:
+    retire_results(out)
+    with atomic_path(out / "rankings.jsonl") as tmp, tmp.open("w", encoding="utf-8") as f:
         for qid, gold, ids, scores in zip(report.query_ids, report.golds, report.ranking.ids,
                                           report.ranking.scores.tolist(), strict=True):
             top = [{"id": i, "score": round(s, 6)} for i, s in zip(ids, scores, strict=True)]
             f.write(json.dumps({"query": qid, "gold": gold, "top": top}) + "\n")
+        _sync(f)
     plot_curves(report.curves, out / "curves.png", title=f"{ds.name}")
+    results = {"metrics": report.metrics, "agent_metrics": report.agent_metrics, "config": to_dict(config),
+               "dataset": ds.stats(), "timings": report.timings, "curves": report.curves, "notes": report.notes}
+    write_results(out, {**results, **(extra() if extra is not None else {})})
     return out
 
 
@@ -138,5 +156,170 @@ def plot_curves(curves: dict[str, list[float]], path: Path, title: str = "") -> 
     ax.set_title(title)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    try:
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, dpi=100, format=Path(path).suffix.lstrip(".") or "png")
+    finally:
+        plt.close(fig)
+
+
+# ---- outputs: atomic files, the results.json commit mark, output folders, signals ---------------
+RESULTS = "results.json"
+OUTPUT_MARKERS = ("config.yaml", RESULTS, "retriever.json")  # a folder holding one of these is ours
+
+
+def _sync(f: Any) -> None:
+    f.flush()
+    os.fsync(f.fileno())
+
+
+@contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """A hidden temp name beside ``path`` to write to; renamed over ``path`` when the block ends, removed
+    if it raises (SIGTERM / Ctrl-C included). Readers see the old file or the new one, never a part."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists() or tmp.is_symlink():
+            tmp.unlink()
+
+
+def write_text_atomic(path: str | Path, text: str) -> Path:
+    """``path.write_text(text)`` that never leaves a partial file (temp name, fsync, rename)."""
+    with atomic_path(path) as tmp, tmp.open("w", encoding="utf-8") as f:
+        f.write(text)
+        _sync(f)
+    return Path(path)
+
+
+_TEMP = re.compile(r"\.(config\.yaml|results\.json|rankings\.jsonl|curves\.png)\.tmp-\d+")
+
+
+def retire_results(out: str | Path) -> None:
+    """Remove ``out/results.json`` before a run writes anything else there, so an interrupted re-run
+    never leaves the previous results beside the new config or rankings; temp files that a killed run
+    (kill -9) left behind go too."""
+    out = Path(out)
+    (out / RESULTS).unlink(missing_ok=True)
+    for stale in out.glob(".*.tmp-*"):
+        if _TEMP.fullmatch(stale.name) and stale.is_file():
+            stale.unlink(missing_ok=True)
+
+
+def write_results(out: str | Path, results: dict[str, Any]) -> Path:
+    """``out/results.json``, atomically; call it last (it marks the run complete)."""
+    return write_text_atomic(Path(out) / RESULTS, json.dumps(results, indent=2, default=str) + "\n")
+
+
+def read_results(path: str | Path) -> dict[str, Any]:
+    """A results.json (or the folder holding it); a missing, cut or malformed file is a DataError that
+    names it and says to re-run."""
+    path = Path(path)
+    if path.is_dir() or not path.name.endswith(".json"):
+        path = path / RESULTS
+    if not path.is_file():
+        raise DataError("not found: the run did not finish (or was interrupted); re-run it to write it", path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise DataError(f"not a readable results file ({type(e).__name__}: {str(e)[:120]}); it was cut or "
+                        "edited: re-run the evaluation (or training) that wrote it", path) from None
+    if not isinstance(data, dict) or not isinstance(data.get("metrics", {}), dict):
+        raise DataError("not a toolgraph results file (expected a JSON object with 'metrics'); re-run the "
+                        "evaluation that wrote it", path)
+    return data
+
+
+def check_output_folder(path: str | Path, what: str, markers: tuple[str, ...] = OUTPUT_MARKERS) -> Path:
+    """``path`` if toolgraph may write there: absent, an empty folder, or a folder holding one of
+    ``markers`` (one of our outputs). Anything else (a file, someone else's folder) is refused with a
+    ConfigError naming ``what``; nothing is deleted or overwritten."""
+    path = Path(path)
+    if not path.exists() and not path.is_symlink():
+        return path
+    if not path.is_dir():
+        raise ConfigError(f"{what}: {str(path)!r} exists and is not a folder; give a new or empty folder "
+                          "(nothing was written)")
+    if any((path / m).exists() for m in markers) or next(path.iterdir(), None) is None:
+        return path
+    raise ConfigError(f"{what}: {str(path)!r} is a folder that toolgraph did not write (it holds none of "
+                      f"{', '.join(markers)}); refusing to write into it. Give a new or empty folder, or a "
+                      "previous output folder (nothing was written)")
+
+
+def replace_folder(dest: str | Path, build: Callable[[Path], Any], what: str = "output") -> Any:
+    """Run ``build(tmp)`` on a hidden sibling folder of ``dest``, then swap it in (old one renamed
+    aside, new one renamed in, old one deleted): an interrupted export leaves the old folder, or
+    none, never a mix. ``dest`` must be absent, empty, or a saved retriever (retriever.json)."""
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    left = re.compile(rf"\.{re.escape(dest.name)}\.(new|old)-\d+")  # what a killed (kill -9) export left
+    for stale in dest.parent.glob(f".{glob.escape(dest.name)}.*-*"):
+        if not left.fullmatch(stale.name) or not stale.is_dir() or stale.is_symlink():
+            continue
+        if ".old-" in stale.name and not dest.exists():  # killed between the two renames: the old one back
+            os.rename(stale, dest)
+        else:
+            shutil.rmtree(stale, ignore_errors=True)
+    check_output_folder(dest, what, ("retriever.json", "manifest.json"))
+    tmp = dest.with_name(f".{dest.name}.new-{os.getpid()}")
+    old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
+    try:
+        result = build(tmp)
+        if dest.exists():
+            os.rename(dest, old)
+        os.rename(tmp, dest)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+        if old.exists() and not dest.exists():  # interrupted between the renames: put the old one back
+            os.rename(old, dest)
+    shutil.rmtree(old, ignore_errors=True)
+    return result
+
+
+class Terminated(BaseException):  # noqa: N818 - like KeyboardInterrupt: not an Exception, nothing swallows it
+    """SIGTERM received: unwinds the stack (temp files removed); the command exits 143."""
+
+
+_SIGNALS: dict[str, Any] = {"received": [], "defer": 0}
+
+
+def _on_signal(signum: int, frame: Any) -> None:
+    _SIGNALS["received"].append(signum)
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    if not _SIGNALS["defer"]:
+        raise Terminated
+
+
+def install_signal_handlers() -> None:
+    """SIGTERM raises ``Terminated`` and SIGINT ``KeyboardInterrupt`` (main thread only), and both are
+    remembered so the command can exit 128 + signal even when a library turned them into SystemExit."""
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        _SIGNALS["received"].clear()
+        signal.signal(signal.SIGTERM, _on_signal)
+        signal.signal(signal.SIGINT, _on_signal)
+
+
+def received_signal() -> int | None:
+    """The first SIGTERM / SIGINT received since ``install_signal_handlers`` (None: none)."""
+    return _SIGNALS["received"][0] if _SIGNALS["received"] else None
+
+
+@contextmanager
+def sigterm_deferred() -> Iterator[None]:
+    """Inside Lightning's fit / test: a SIGTERM is only recorded (Lightning's own handler stops the loop at
+    the end of the batch); after the block, a recorded SIGTERM raises ``Terminated``."""
+    _SIGNALS["defer"] += 1
+    try:
+        yield
+    finally:
+        _SIGNALS["defer"] -= 1
+    if signal.SIGTERM in _SIGNALS["received"]:
+        raise Terminated

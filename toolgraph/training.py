@@ -5,11 +5,16 @@
 Everything lands in ``out_dir``: checkpoints/, config.yaml (resolved), logs/ (CSV, W&B),
 retriever/ (exported, loads with ``toolgraph.load``), results.json (test metrics, the same shape
 as evaluate.py writes), rankings.jsonl and curves.png.
+
+Safe to interrupt and to re-run: ``out_dir`` must be new, empty or an earlier run's folder (anything
+else is refused); a run first removes an earlier results.json, writes every file under a temp name
+and renames it, and writes results.json last. ``resume`` checks that the checkpoint was written by
+the same task with the same ``model`` section, and loads it weights-only. A NaN / inf loss stops the
+run (tasks/base.py); SIGTERM stops it at the end of the batch (exit 143).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
@@ -21,9 +26,10 @@ from lightning.pytorch.callbacks import Callback, LearningRateMonitor, ModelChec
 
 from toolgraph.config import TrainConfig, config_from_dict, to_dict, to_yaml
 from toolgraph.errors import ConfigError
+from toolgraph.evaluation import check_output_folder, retire_results, sigterm_deferred, write_text_atomic
 from toolgraph.registry import TASKS
 
-__all__ = ["TrainConfig", "build_trainer", "config_from_dict", "resolve_resume", "train"]
+__all__ = ["TrainConfig", "build_trainer", "check_resume", "config_from_dict", "resolve_resume", "train"]
 
 
 class ThreadsPerRank(Callback):
@@ -78,41 +84,94 @@ def build_trainer(cfg: TrainConfig, out: Path) -> L.Trainer:
 
 
 def resolve_resume(cfg: TrainConfig, out: Path) -> str | None:
+    """The checkpoint to resume from (``check_resume``-ed), or None."""
     if cfg.resume is None:
         return None
     if cfg.resume == "auto":
         last = out / "checkpoints" / "last.ckpt"
-        return str(last) if last.exists() else None
-    if not Path(cfg.resume).is_file():
+        if not last.exists():
+            return None
+        path = str(last)
+    elif not Path(cfg.resume).is_file():
         raise ConfigError(f"resume: checkpoint {cfg.resume!r} not found")
-    return cfg.resume
+    else:
+        path = cfg.resume
+    check_resume(path, cfg)
+    return path
+
+
+def _differences(saved: Any, now: Any, key: str) -> list[str]:
+    if isinstance(saved, dict) and isinstance(now, dict):
+        return [d for k in sorted(set(saved) | set(now), key=str)
+                for d in _differences(saved.get(k), now.get(k), f"{key}.{k}")]
+    return [] if saved == now else [f"{key}: {saved!r} in the checkpoint, {now!r} in this run"]
+
+
+def check_resume(path: str | Path, cfg: TrainConfig) -> None:
+    """Refuse (ConfigError naming ``resume``) a checkpoint this run cannot continue: unreadable as a
+    weights-only toolgraph checkpoint, written by another task, or trained with another ``model``
+    section (the architecture and objective; data, optimiser and trainer settings may change)."""
+    import torch
+
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - a cut file, not a checkpoint, or pickled objects: one clear message
+        raise ConfigError(f"resume: {path}: cannot be read as a weights-only checkpoint ({type(e).__name__}: "
+                          f"{str(e).splitlines()[0][:160] if str(e) else ''}); it may be cut short or not a "
+                          "toolgraph checkpoint. Resume from another checkpoint or start a new out_dir") from None
+    meta = ckpt.get("toolgraph") if isinstance(ckpt, dict) else None
+    saved = ckpt.get("hyper_parameters", {}).get("config") if isinstance(ckpt, dict) else None
+    if not isinstance(meta, dict) or not isinstance(saved, dict):
+        raise ConfigError(f"resume: {path}: not a toolgraph checkpoint (no 'toolgraph' section or saved config)")
+    task = meta.get("task")
+    if task != cfg.model.name:
+        raise ConfigError(f"resume: {path} was written by model.name={task!r}, and this run is model.name="
+                          f"{cfg.model.name!r}: a run resumes only its own task. Start a new out_dir (or resume "
+                          "from a checkpoint of this task)")
+    try:
+        saved_model = to_dict(config_from_dict(saved).model)
+    except ConfigError as e:
+        raise ConfigError(f"resume: {path}: its saved config does not load: {e}") from None
+    diff = _differences(saved_model, to_dict(cfg.model), "model")
+    if diff:
+        raise ConfigError(f"resume: {path} was trained with another model section ({'; '.join(diff[:4])}). "
+                          "Resuming continues the same model: use the checkpoint's model settings, or start a "
+                          "new out_dir")
 
 
 def train(cfg: TrainConfig) -> dict[str, Any]:
+    from lightning.pytorch.utilities.rank_zero import rank_zero_only
+
     start = time.perf_counter()
     out = Path(cfg.out_dir)
+    if rank_zero_only.rank == 0:  # before anything is built: never write into someone else's folder
+        check_output_folder(out, "out_dir")
+    ckpt_path = resolve_resume(cfg, out)
     L.seed_everything(cfg.seed, workers=True)
     task = TASKS.get(cfg.model.name)(to_dict(cfg))
     dm = task.datamodule_for(cfg)
     trainer = build_trainer(cfg, out)
     if trainer.is_global_zero:
         out.mkdir(parents=True, exist_ok=True)
-        (out / "config.yaml").write_text(to_yaml(cfg))
-    trainer.fit(task, datamodule=dm, ckpt_path=resolve_resume(cfg, out))
+        retire_results(out)  # an earlier run's results never sit beside this run's config
+        write_text_atomic(out / "config.yaml", to_yaml(cfg))
+    with sigterm_deferred():  # Lightning ends the batch, then stops; exit 143
+        trainer.fit(task, datamodule=dm, ckpt_path=ckpt_path, weights_only=True)
     summary: dict[str, Any] = {"fit_seconds": time.perf_counter() - start, "global_step": trainer.global_step}
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
     if cfg.test:
-        tested = trainer.test(task, datamodule=dm, ckpt_path=best or None, verbose=trainer.is_global_zero)
+        with sigterm_deferred():
+            tested = trainer.test(task, datamodule=dm, ckpt_path=best or None, verbose=trainer.is_global_zero,
+                                  weights_only=True)
         summary["test"] = tested[0] if tested else {}
     summary["best_checkpoint"] = best
     if cfg.export and trainer.is_global_zero:
         if best:  # export the best weights, not the last
             state = torch.load(best, map_location="cpu", weights_only=True)["state_dict"]
             task.load_state_dict(state)
-        summary["metrics"] = task.cpu().finish(out, dm, cfg)  # export + results.json
-        results = json.loads((out / "results.json").read_text())
-        results["training"] = {**summary, "seconds": time.perf_counter() - start}
-        (out / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
+        # export, rankings, curves, then results.json (last) with this run's summary in it
+        summary["metrics"] = task.cpu().finish(
+            out, dm, cfg, lambda: {"training": {**summary, "seconds": time.perf_counter() - start}})
     _finish_wandb(trainer)
     return summary
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import random
 from abc import abstractmethod
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,15 +28,19 @@ import torch
 
 from toolgraph.config import OptimConfig, TaskConfig, TrainConfig, config_from_dict
 from toolgraph.data import prepare_dataset
-from toolgraph.errors import ConfigError
-from toolgraph.evaluation import evaluate, write_report
+from toolgraph.errors import ConfigError, ToolgraphError
+from toolgraph.evaluation import evaluate, replace_folder, write_report
 from toolgraph.metrics import RetrievalMetrics
 from toolgraph.nn.encoder import TextEncoder
 from toolgraph.nn.export import export_sentence_transformer
 from toolgraph.retrieval.base import Retriever
 from toolgraph.retrieval.topk import topk
 
-__all__ = ["OptimConfig", "RetrievalTask", "Task", "TaskConfig", "lr_lambda"]
+__all__ = ["NonFiniteLossError", "OptimConfig", "RetrievalTask", "Task", "TaskConfig", "lr_lambda"]
+
+
+class NonFiniteLossError(ToolgraphError):
+    """The training loss became NaN or infinite; the run stops (the command exits non-zero)."""
 
 
 def lr_lambda(step: int, total: int, warmup: int, schedule: str) -> float:
@@ -87,9 +92,10 @@ class Task(L.LightningModule):
         """The datamodule this task trains on, from the resolved TrainConfig."""
 
     @abstractmethod
-    def finish(self, out: Path, dm: L.LightningDataModule, cfg: Any) -> dict[str, Any]:
-        """After fit and test, on rank 0 with the best weights loaded: export, write results;
-        returns the headline metrics."""
+    def finish(self, out: Path, dm: L.LightningDataModule, cfg: Any,
+               extra: Callable[[], dict[str, Any]] | None = None) -> dict[str, Any]:
+        """After fit and test, on rank 0 with the best weights loaded: export, write results (results.json
+        last, with ``extra()``'s entries, e.g. the training summary); returns the headline metrics."""
 
     def param_groups(self) -> list[dict[str, Any]]:
         """AdamW groups: no weight decay on biases and norm weights (1-d parameters)."""
@@ -117,6 +123,19 @@ class Task(L.LightningModule):
 
     def checkpoint_artifacts(self) -> dict[str, Any]:
         return {}
+
+    def on_before_backward(self, loss: torch.Tensor) -> None:
+        """Stop on a non-finite loss, before it reaches the weights: a NaN / inf loss would turn every
+        weight into NaN and the run would go on (and export) a model that ranks nothing."""
+        bad = not bool(torch.isfinite(loss.detach()).all())
+        if self.trainer is not None and self.trainer.world_size > 1:  # every rank stops together
+            bad = self.trainer.strategy.reduce_boolean_decision(bad, all=False)
+        if bad:
+            raise NonFiniteLossError(
+                f"train/loss is {loss.detach().float().flatten()[0].item()} at step {self.global_step} (epoch "
+                f"{self.current_epoch}): training stopped before the weights were changed, and nothing was "
+                "exported. Lower optim.lr, raise model.temperature if the task has one, or keep "
+                "trainer.gradient_clip_val set; checkpoints saved so far are finite")
 
     def configure_optimizers(self) -> Any:
         o = self.cfg.optim
@@ -167,10 +186,11 @@ class RetrievalTask(Task):
             raise ConfigError(f"data.val_split: {ds.name!r} has no {cfg.data.val_split!r} queries")
         return dm
 
-    def finish(self, out: Path, dm: L.LightningDataModule, cfg: Any) -> dict[str, Any]:
+    def finish(self, out: Path, dm: L.LightningDataModule, cfg: Any,
+               extra: Callable[[], dict[str, Any]] | None = None) -> dict[str, Any]:
         retriever = self.export_retriever(out / "retriever", dm.tools)
         report = evaluate(retriever, dm.ds, cfg.data.test_split, cfg.eval)
-        write_report(report, out, cfg, dm.ds)
+        write_report(report, out, cfg, dm.ds, extra)
         return report.metrics
 
     @abstractmethod
@@ -228,11 +248,16 @@ class RetrievalTask(Task):
 
     def export_retriever(self, folder: str | Path, tools: list | None = None) -> Retriever:
         """Save ``as_retriever(tools)`` to ``folder`` (loads with ``toolgraph.load``), and the trained
-        encoder, if any, under ``folder/encoder``."""
-        folder = Path(folder)
+        encoder, if any, under ``folder/encoder``. Written into a hidden sibling and swapped in, so an
+        interrupted export leaves the previous folder (or none); a ``folder`` that exists and is not a
+        saved retriever is refused, never replaced."""
         r = self.as_retriever(tools)
-        exported = self.exported_encoder()
-        if exported is not None:
-            export_sentence_transformer(exported[0], self.tokenizer, folder / "encoder", exported[1])
-        r.save(folder)
-        return r
+
+        def build(tmp: Path) -> Retriever:
+            exported = self.exported_encoder()
+            if exported is not None:
+                export_sentence_transformer(exported[0], self.tokenizer, tmp / "encoder", exported[1])
+            r.save(tmp)
+            return r
+
+        return replace_folder(folder, build, "export folder")

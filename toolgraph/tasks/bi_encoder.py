@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import torch
 
-from toolgraph.config import TaskConfig, TextDataConfig, ToolText
+from toolgraph.config import TaskConfig, TextDataConfig, ToolText, bounded
 from toolgraph.data.schema import Tool, ToolDataset
 from toolgraph.data.text import ToolTextDataModule
 from toolgraph.errors import ConfigError
@@ -37,14 +37,14 @@ class BiEncoderConfig(TaskConfig):
     pooling: Literal["mean", "cls"] = "mean"
     normalize: bool = True
     shared: bool = True  # one encoder for queries and tools; false = two towers
-    temperature: float = 0.05
+    temperature: float = bounded(0.05, gt=0)
     tool_text: ToolText = "default"
     gather: bool = True  # in-batch negatives from every rank
     hard_negatives: bool = False  # one mined hard negative per query
     hard_negative_source: str = "bm25"  # bm25, or a saved retriever / checkpoint / run folder
-    hard_negative_depth: int = 20  # mine from the source's top-N (gold tools removed)
+    hard_negative_depth: int = bounded(20, ge=1)  # mine from the source's top-N (gold tools removed)
     instret: bool = False  # augment tool documents with training queries
-    instret_queries: int = 3  # queries appended per tool
+    instret_queries: int = bounded(3, ge=1)  # queries appended per tool
 
 
 @TASKS.register("bi_encoder")

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 import torch
 
-from toolgraph.config import TaskConfig, TextDataConfig
+from toolgraph.config import TaskConfig, TextDataConfig, bounded
 from toolgraph.data.schema import Tool, ToolDataset
 from toolgraph.data.text import LabelDataModule
 from toolgraph.nn.encoder import TextEncoder, backbone_artifacts, load_or_restore
@@ -32,8 +32,8 @@ class ClassifierConfig(TaskConfig):
     encoder: str = "all-MiniLM-L6-v2"
     pooling: Literal["mean", "cls"] = "mean"
     loss: Literal["bce", "softmax"] = "bce"  # see module docstring
-    head_lr: float | None = 1.0e-3  # null: optim.lr
-    dropout: float = 0.1
+    head_lr: float | None = bounded(1.0e-3, gt=0)  # null: optim.lr
+    dropout: float = bounded(0.1, ge=0, lt=1)
 
 
 @TASKS.register("mlc")

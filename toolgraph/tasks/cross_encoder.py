@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from toolgraph.config import bounded
 from toolgraph.nn.encoder import backbone_artifacts, load_or_restore
 from toolgraph.nn.rerankers import PairScorer
 from toolgraph.registry import TASKS
@@ -23,9 +24,9 @@ from toolgraph.tasks.rerank import RerankConfig, RerankTask
 @dataclass
 class CrossEncoderConfig(RerankConfig):
     name: str = "cross_encoder"
-    candidates: int = 8  # pairs per training query (each one a full encoder pass)
-    eval_candidates: int | None = 32
-    max_pair_length: int = 160  # query + tool document tokens
+    candidates: int = bounded(8, ge=1)  # pairs per training query (each one a full encoder pass)
+    eval_candidates: int | None = bounded(32, ge=1)
+    max_pair_length: int = bounded(160, ge=1)  # query + tool document tokens
 
 
 @TASKS.register("cross_encoder")

@@ -11,7 +11,6 @@ on the tool-disjoint test set. ``predict`` scores any pair list (graph construct
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -20,9 +19,10 @@ import torch
 import torch.nn.functional as F
 from torchmetrics.classification import MulticlassConfusionMatrix
 
-from toolgraph.config import TaskConfig
+from toolgraph.config import TaskConfig, bounded
 from toolgraph.data.tdi import LABEL_INDEX, LABELS, TDIConfig, build_tdi, read_tdi
 from toolgraph.errors import ConfigError
+from toolgraph.evaluation import write_results
 from toolgraph.nn.encoder import backbone_artifacts, load_or_restore
 from toolgraph.nn.losses import category_averaged_ce
 from toolgraph.nn.rerankers import PairScorer
@@ -41,9 +41,9 @@ class DiscriminatorConfig(TaskConfig):
     init_from: str | None = None  # a pretrain-stage .ckpt or run folder; None: start from the encoder
     loss: Literal["ce", "category_avg"] | None = None  # default: ce for pretrain, category_avg for finetune
     class_count: Literal["batch", "dataset"] = "batch"  # N_k of the category-averaged loss
-    max_pair_length: int = 128  # both documents together (longest truncated first)
-    dropout: float = 0.1
-    head_lr: float | None = 1.0e-3
+    max_pair_length: int = bounded(128, ge=1)  # both documents together (longest truncated first)
+    dropout: float = bounded(0.1, ge=0, lt=1)
+    head_lr: float | None = bounded(1.0e-3, gt=0)
 
 
 def classification_report(confusion: torch.Tensor) -> dict[str, float]:
@@ -172,12 +172,12 @@ class DiscriminatorTask(Task):
     def checkpoint_artifacts(self) -> dict[str, Any]:
         return {"encoder": backbone_artifacts(self.network.backbone, self.tokenizer)}
 
-    def finish(self, out: Path, dm: Any, cfg: Any) -> dict[str, Any]:
+    def finish(self, out: Path, dm: Any, cfg: Any, extra: Any = None) -> dict[str, Any]:
         """results.json: the test report (per-class P/R/F1, confusion matrix) and the pair counts."""
         results = {"task": "discriminator", "stage": self.model_cfg.stage, "loss": self.loss_name(),
                    "class_count": self.model_cfg.class_count, "test": self.test_report,
                    "pairs": dm.tdi.counts(), "config": cfg.data.name}
-        (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+        write_results(out, {**results, **(extra() if extra is not None else {})})
         return {k: v for k, v in self.test_report.items() if isinstance(v, float)}
 
 

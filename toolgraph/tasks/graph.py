@@ -21,7 +21,7 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 
-from toolgraph.config import TaskConfig, ToolText
+from toolgraph.config import TaskConfig, ToolText, bounded
 from toolgraph.data import prepare_dataset
 from toolgraph.data.graph import (
     EDGE_KINDS,
@@ -45,17 +45,17 @@ from toolgraph.tasks.base import RetrievalTask
 class GraphTaskConfig(TaskConfig):
     name: str = "graph"
     gnn: Literal["lightgcn", "gat", "sage"] = "lightgcn"
-    layers: int = 2
-    hidden: int = 384  # GAT / SAGE width (LightGCN keeps the text dimension)
-    heads: int = 4  # GAT attention heads
-    dropout: float = 0.1
+    layers: int = bounded(2, ge=0)
+    hidden: int = bounded(384, ge=1)  # GAT / SAGE width (LightGCN keeps the text dimension)
+    heads: int = bounded(4, ge=1)  # GAT attention heads
+    dropout: float = bounded(0.1, ge=0, lt=1)
     loss: Literal["infonce", "bpr"] = "infonce"
-    temperature: float = 0.05
+    temperature: float = bounded(0.05, gt=0)
     encoder: str = "all-MiniLM-L6-v2"  # frozen; node features
     tool_text: ToolText = "default"
     edges: list[Literal["invokes", "depends_on", "belongs_to"]] = field(default_factory=lambda: list(EDGE_KINDS))
     dependencies: str = "gold"  # gold (the dataset's) | an edges.jsonl / graph folder from `toolgraph graph build`
-    dependency_threshold: float = 0.5
+    dependency_threshold: float = bounded(0.5, ge=0, le=1)
     hide_batch_edges: bool = True  # score training queries as isolated nodes (as at test time)
     cache_dir: str | None = ".cache/embeddings"
 
@@ -171,7 +171,6 @@ class GraphTask(RetrievalTask):
         r.index(self.graph.tools if tools is None else tools)
         return r
 
-    def finish(self, out: Path, dm: L.LightningDataModule, cfg: Any) -> dict[str, Any]:
-        metrics = super().finish(out, dm, cfg)
+    def finish(self, out: Path, dm: L.LightningDataModule, cfg: Any, extra: Any = None) -> dict[str, Any]:
         save_graph_stats(self.graph, out)
-        return metrics
+        return super().finish(out, dm, cfg, extra)  # results.json last

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 import torch
 
-from toolgraph.config import TaskConfig, TextDataConfig, ToolText
+from toolgraph.config import TaskConfig, TextDataConfig, ToolText, bounded
 from toolgraph.data import prepare_dataset
 from toolgraph.data.rerank import RerankDataModule
 from toolgraph.data.schema import Tool, ToolDataset
@@ -32,13 +32,13 @@ class RerankConfig(TaskConfig):
     first_stage: str = "tool2vec"  # bm25 | dense | tool2vec | a saved retriever, run folder or .ckpt
     first_stage_encoder: str = "all-MiniLM-L6-v2"  # for a first stage given by name
     tool_text: ToolText = "default"
-    candidates: int = 32  # N: candidates per training query
-    eval_candidates: int | None = None  # N at val/test/export (default: candidates)
+    candidates: int = bounded(32, ge=1)  # N: candidates per training query
+    eval_candidates: int | None = bounded(None, ge=1)  # N at val/test/export (default: candidates)
     inject_gold: bool = True  # training only: gold tools missing from the top N replace the worst negatives
     shuffle: bool = True  # training only: candidate order shuffled
     loss: Literal["softmax", "bce"] = "softmax"  # softmax over candidates with a multi-hot target | bce per candidate
-    head_lr: float | None = 1.0e-3  # layers on top of the encoder (null: optim.lr)
-    dropout: float = 0.1
+    head_lr: float | None = bounded(1.0e-3, gt=0)  # layers on top of the encoder (null: optim.lr)
+    dropout: float = bounded(0.1, ge=0, lt=1)
     cache_dir: str | None = ".cache/embeddings"  # first-stage embedding cache
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from toolgraph.config import TextDataConfig
+from toolgraph.config import TextDataConfig, bounded
 from toolgraph.data.schema import Tool, ToolDataset
 from toolgraph.data.text import (
     ContrastiveBatchSampler,
@@ -32,7 +32,7 @@ from toolgraph.tasks.bi_encoder import BiEncoderConfig, BiEncoderTask
 @dataclass
 class Tool2VecTaskConfig(BiEncoderConfig):
     name: str = "tool2vec"
-    usage_weight: float = 1.0  # the exported index: usage mean vs description vector mix
+    usage_weight: float = bounded(1.0, ge=0, le=1)  # the exported index: usage mean vs description vector mix
 
 
 class QueryPairSampler(ContrastiveBatchSampler):

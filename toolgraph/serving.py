@@ -10,125 +10,323 @@ input_schema}); ``search_agents(query, k)`` -> the k best agents ({id, name, des
 tools: the best tools inside}). Any saved retriever serves tools; agents come from an agent router
 (``t2a`` …) or, for other retrievers, from the tool ranking rolled up to owners.
 
-The index is reloaded when ``toolgraph index sync`` replaces it (checked at most once a second),
-so a running server follows a changing catalog. Retrieval runs in a worker thread under a lock (the
-tokenizer is not thread-safe), so the event loop keeps accepting requests.
+The index is reloaded when ``toolgraph index sync`` replaces it (a watcher thread checks at most
+once a second, loads the new index beside the old one and swaps it in under a lock); an index that
+fails to load is never served: the server refuses to start on it, and a running server keeps the
+last good one. Retrieval runs in one worker thread (the tokenizer is not thread-safe), so the event
+loop keeps accepting requests, and encodes without the embedding cache: no query vector is ever
+written to disk.
+
+Bounded requests (:class:`Limits`, every one an option of ``toolgraph serve``): a query longer than
+``max_query_chars`` or a body larger than ``max_body_bytes`` is refused (HTTP 413 / an MCP tool
+error), a request not answered within ``request_timeout`` seconds gets 503, POST bodies must be
+``application/json`` (415), and the Host and Origin headers of every route must name this machine
+(421 / 403; DNS-rebinding protection, as the MCP SDK does on ``/mcp``).
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import json
 import os
 import queue
+import sys
 import threading
 import time
+from collections import deque
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-from toolgraph.errors import ConfigError
+from toolgraph.errors import ConfigError, DataError, ToolgraphError
 from toolgraph.retrieval.base import Retriever
+from toolgraph.retrieval.dense import embedding_cache_off
 from toolgraph.retrieval.loading import load
 
 MAX_K = 100
+LOCAL_HOSTS = ("127.0.0.1:*", "localhost:*", "[::1]:*")
+LOCAL_ORIGINS = ("http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*")
+DRAIN_BYTES = 64 * 1024 * 1024  # an oversized body is read and dropped up to this, then the connection is cut
+TRIM_EVERY = 1.0  # seconds between two returns of freed heap memory to the OS (release_free_memory)
+
+
+def _malloc_trim() -> Any:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        return libc.malloc_trim if hasattr(libc, "malloc_trim") else None  # glibc only (not musl)
+    except OSError:
+        return None
+
+
+_TRIM = _malloc_trim()
+
+
+def release_free_memory() -> None:
+    """Give the heap pages freed since the last call back to the OS (glibc ``malloc_trim``; a no-op
+    elsewhere). Batches of every size and length allocate tensors of ever new shapes; glibc keeps the
+    freed pages, and a server's resident memory crept up by ~20 MB a minute under 20 clients (measured:
+    benchmarks/soak.py, with no growth of Python objects). Costs about a millisecond."""
+    if _TRIM is not None:
+        _TRIM(0)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one request may cost (``toolgraph serve --max-query-chars ...``).
+
+    ``allowed_hosts`` / ``allowed_origins``: Host / Origin header values accepted on every route
+    (``name:*`` = any port; an absent Origin is accepted); ``("*",)`` turns the check off, e.g.
+    behind a reverse proxy that does it."""
+
+    max_query_chars: int = 4096
+    max_body_bytes: int = 65536
+    request_timeout: float = 30.0
+    allowed_hosts: tuple[str, ...] = LOCAL_HOSTS
+    allowed_origins: tuple[str, ...] = LOCAL_ORIGINS
+
+    def __post_init__(self) -> None:
+        for key in ("max_query_chars", "max_body_bytes"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"--{key.replace('_', '-')} must be an integer >= 1, got {value!r}")
+        t = self.request_timeout
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t < float("inf"):
+            raise ConfigError(f"--request-timeout must be a number of seconds > 0, got {t!r}")
+        object.__setattr__(self, "allowed_hosts", tuple(self.allowed_hosts))
+        object.__setattr__(self, "allowed_origins", tuple(self.allowed_origins))
+        if not self.allowed_hosts:
+            raise ConfigError("--allowed-host: give at least one Host value (or '*' for any)")
+
+
+class RequestError(ToolgraphError, ValueError):
+    """A request the server refuses; ``status`` is its HTTP status (MCP: a tool error)."""
+
+    status = 400
+
+
+class RequestTooLarge(RequestError):
+    status = 413
+
+
+class ServerBusy(RequestError):
+    status = 503
+
+
+class _Served(NamedTuple):
+    """One loaded index and its id lookups, swapped as one value."""
+
+    retriever: Retriever
+    tool: dict[str, Any]
+    agent: dict[str, Any]
+
+
+def _stamp_of(path: Path) -> tuple | None:
+    """Identity of the saved index at ``path``: inode, mtime and size of ``retriever.json`` and of
+    ``manifest.json`` (a sync replaces the folder, a save rewrites both); None while it is absent."""
+    out = []
+    for name in ("retriever.json", "manifest.json"):
+        try:
+            st = os.stat(path / name)
+        except OSError:
+            if name == "retriever.json":
+                return None
+            out.append(None)
+            continue
+        out.append((st.st_ino, st.st_mtime_ns, st.st_size))
+    return tuple(out)
+
+
+def open_index(path: str | Path) -> _Served:
+    """Load the index at ``path`` and answer one query with it, or raise a ``DataError`` saying why
+    it cannot be served. Runs without the embedding cache."""
+    path = Path(path)
+    with embedding_cache_off():
+        try:
+            retriever = load(path)
+            if retriever.tools:  # a query through every member (encoder, tokenizer, vectors) before serving
+                retriever.retrieve(["toolgraph serve check"], 1)
+        except ToolgraphError:
+            raise
+        except Exception as e:  # noqa: BLE001 - whatever the files hold, the message names them
+            raise DataError(f"cannot serve this index ({type(e).__name__}: {e}); rebuild it with "
+                            "toolgraph index sync or re-export it", path) from e
+    return _Served(retriever, {t.id: t for t in retriever.tools}, {a.id: a for a in getattr(retriever, "agents", [])})
 
 
 class LiveIndex:
-    """A retriever loaded from ``path`` and reloaded when the folder is replaced (new inode).
+    """A retriever loaded from ``path`` and replaced when the folder is replaced.
 
     Requests from concurrent clients are micro-batched: one worker thread owns the retriever, takes
     every request waiting (up to ``max_batch``) and answers them with one batched retrieval — one
-    encoder call for 8 queries costs far less than 8 calls. ``max_batch=1`` turns this off."""
+    encoder call for 8 queries costs far less than 8 calls. ``max_batch=1`` turns this off.
 
-    def __init__(self, path: str | Path, check_every: float = 1.0, max_batch: int = 32):
-        if max_batch < 1:
+    A watcher thread (every ``check_every`` seconds; 0: never) loads a replaced index beside the
+    served one and swaps it in under a lock; if it fails to load, the last good index stays and
+    ``last_error`` says why. Counters are fixed-size: totals, and the last 1,024 batch sizes."""
+
+    def __init__(self, path: str | Path, check_every: float = 1.0, max_batch: int = 32,
+                 max_query_chars: int = Limits.max_query_chars, request_timeout: float = Limits.request_timeout):
+        if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
             raise ConfigError(f"max_batch must be >= 1, got {max_batch}")
+        Limits(max_query_chars=max_query_chars, request_timeout=request_timeout)  # checks both
         self.path = Path(path)
         self.check_every = check_every
         self.max_batch = max_batch
-        self._last_check = time.monotonic()
-        self._stamp = self._current_stamp()
-        self._use(load(self.path))
+        self.max_query_chars = max_query_chars
+        self.request_timeout = request_timeout
+        self._lock = threading.Lock()  # guards the swap of the served index and the reload counters
+        self._stamp = _stamp_of(self.path)
+        self._state = open_index(self.path)  # refuses to start on an index that cannot be served
         self.reloads = 0
-        self.batches: list[int] = []  # sizes of the batches served (for the benchmark)
+        self.reload_errors = 0
+        self.last_error: str | None = None
+        self.batches: deque[int] = deque(maxlen=1024)  # sizes of the last batches (for the benchmark)
+        self.counts = {"requests": 0, "batches": 0, "batched": 0, "errors": 0, "timeouts": 0, "refused": 0}
+        self._count_lock = threading.Lock()
         self._queue: queue.Queue = queue.Queue()
+        self._closed = threading.Event()
         threading.Thread(target=self._worker, name="toolgraph-retrieval", daemon=True).start()
+        if check_every > 0:
+            threading.Thread(target=self._watch, name="toolgraph-reload", daemon=True).start()
 
-    def _use(self, retriever: Retriever) -> None:
-        """Serve ``retriever``; the id lookups are built once per loaded index, not per request."""
-        self.retriever = retriever
-        self._tool = {t.id: t for t in retriever.tools}
-        self._agent = {a.id: a for a in getattr(retriever, "agents", [])}
+    @property
+    def retriever(self) -> Retriever:
+        return self._state.retriever
 
-    def _current_stamp(self) -> tuple[int, int] | None:
+    def close(self) -> None:
+        """Stop the worker and the watcher threads (requests still queued get an error)."""
+        self._closed.set()
+        self._queue.put(None)
+
+    # ---- reloads ------------------------------------------------------------------------------------
+    def _watch(self) -> None:
+        while not self._closed.wait(self.check_every):
+            self.reload_if_replaced()
+
+    def reload_if_replaced(self) -> bool:
+        """Load and serve the index at ``path`` if it was replaced since the last look; True if swapped.
+        A new index that fails to load is not served (and not retried until it changes again)."""
+        stamp = _stamp_of(self.path)
+        if stamp is None or stamp == self._stamp:  # absent (the instant of a swap) or unchanged
+            return False
         try:
-            st = os.stat(self.path / "retriever.json")
-        except FileNotFoundError:
-            return None
-        return st.st_ino, st.st_mtime_ns
-
-    def _maybe_reload(self) -> None:
-        now = time.monotonic()
-        if now - self._last_check < self.check_every:
-            return
-        self._last_check = now
-        stamp = self._current_stamp()
-        if stamp is not None and stamp != self._stamp:
-            self._use(load(self.path))
-            self._stamp = stamp
+            state = open_index(self.path)
+        except Exception as e:  # noqa: BLE001 - a broken new index keeps the old one serving
+            with self._lock:
+                self._stamp = stamp
+                self.reload_errors += 1
+                self.last_error = str(e)
+            print(f"toolgraph serve: reload failed, still serving the previous index: {e}", file=sys.stderr, flush=True)
+            return False
+        if _stamp_of(self.path) != stamp:  # replaced again while loading: take the newer one next time
+            return False
+        with self._lock:
+            old, self._state, self._stamp = self._state, state, stamp
             self.reloads += 1
+            self.last_error = None
+        del old, state  # the previous index is freed once the batch in flight lets go of it
+        release_free_memory()
+        return True
 
     # ---- the worker: batches of waiting requests, one retrieval per kind ---------------------------
     def _worker(self) -> None:
-        while True:
-            batch = [self._queue.get()]
-            while len(batch) < self.max_batch:
-                try:
-                    batch.append(self._queue.get_nowait())
-                except queue.Empty:
+        last_trim = time.monotonic()
+        with embedding_cache_off():  # query vectors are never cached (on disk or in memory)
+            while True:
+                item = self._queue.get()
+                if item is None:
                     break
-            self.batches.append(len(batch))
-            try:
-                self._maybe_reload()
-            except Exception as e:  # noqa: BLE001 - a broken new index keeps the old one serving
-                self._stamp = self._current_stamp()
-                print(f"toolgraph serve: reload failed, still serving the previous index: {e}", flush=True)
-            for kind in ("tools", "agents"):
-                items = [b for b in batch if b[0] == kind]
-                if not items:
+                batch = [item]
+                while len(batch) < self.max_batch:
+                    try:
+                        item = self._queue.get_nowait()
+                    except queue.Empty:
+                        break
+                    if item is None:
+                        self._queue.put(None)
+                        break
+                    batch.append(item)
+                batch = [b for b in batch if b[3].set_running_or_notify_cancel()]  # callers that gave up: skipped
+                if not batch:
                     continue
-                try:
-                    fn = self._tools if kind == "tools" else self._agents
-                    results = fn([b[1] for b in items], max(b[2] for b in items))
-                    for (_, _, k, fut), res in zip(items, results):
-                        fut.set_result(res[:k])
-                except Exception as e:  # noqa: BLE001 - every waiting caller gets the error
-                    for *_, fut in items:
-                        fut.set_exception(e)
+                self.batches.append(len(batch))
+                self._count("batches")
+                self._count("batched", len(batch))
+                self._answer(batch)
+                if time.monotonic() - last_trim >= TRIM_EVERY:
+                    release_free_memory()
+                    last_trim = time.monotonic()
+        while True:  # closed: nobody will answer what is still queued
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            if item is not None and item[3].set_running_or_notify_cancel():
+                item[3].set_exception(ServerBusy("the server is shutting down"))
+
+    def _answer(self, batch: list) -> None:
+        for kind in ("tools", "agents"):
+            items = [b for b in batch if b[0] == kind]
+            if not items:
+                continue
+            try:
+                fn = self._tools if kind == "tools" else self._agents
+                results = fn([b[1] for b in items], max(b[2] for b in items))
+                for (_, _, k, fut), res in zip(items, results):
+                    fut.set_result(res[:k])
+            except Exception as e:  # noqa: BLE001 - every waiting caller gets the error
+                self._count("errors", len(items))
+                for *_, fut in items:
+                    fut.set_exception(e)
 
     def _submit(self, kind: str, query: Any, k: Any) -> list[dict[str, Any]]:
-        k = _check(query, k)
+        try:
+            k = _check(query, k, self.max_query_chars)
+        except ValueError:
+            self._count("refused")
+            raise
+        if self._closed.is_set():
+            raise ServerBusy("the server is shutting down")
+        self._count("requests")
         fut: Future = Future()
         self._queue.put((kind, query, k, fut))
-        return fut.result()
+        try:
+            return fut.result(timeout=self.request_timeout)
+        except FutureTimeout:
+            fut.cancel()  # still queued: the worker skips it
+            self._count("timeouts")
+            raise ServerBusy(f"no answer within {self.request_timeout:g} s (the server is busy); "
+                             "retry later, or raise --request-timeout") from None
+
+    def _count(self, key: str, n: int = 1) -> None:
+        with self._count_lock:
+            self.counts[key] += n
 
     def _tools(self, queries: list[str], k: int) -> list[list[dict[str, Any]]]:
-        ranking = self.retriever.retrieve(queries, k)
-        tool = self._tool
+        served = self._state  # one snapshot: a swap in the middle of a batch never mixes two indexes
+        ranking = served.retriever.retrieve(queries, k)
+        tool = served.tool
         return [[{"id": i, "name": tool[i].name, "agent": tool[i].agent, "description": tool[i].description,
                   "score": round(float(s), 6), "input_schema": tool[i].parameters}
                  for i, s in zip(ids, scores)] for ids, scores in zip(ranking.ids, ranking.scores.tolist())]
 
     def _agents(self, queries: list[str], k: int, tools_per_agent: int = 3) -> list[list[dict[str, Any]]]:
-        agents, tools = self.retriever.retrieve_agents_and_tools(queries, k)  # one scoring of the queries
+        served = self._state
+        agents, tools = served.retriever.retrieve_agents_and_tools(queries, k)  # one scoring of the queries
         out = []
         for ids, scores, ranked in zip(agents.ids, agents.scores.tolist(), tools.ids):
             inside: dict[str, list[str]] = {a: [] for a in ids}
             for t in ranked:
-                best = inside.get(self._tool[t].agent)
+                best = inside.get(served.tool[t].agent)
                 if best is not None and len(best) < tools_per_agent:
                     best.append(t)
-            out.append([{"id": a, "name": self._agent[a].name if a in self._agent else a,
-                         "description": self._agent[a].description if a in self._agent else "",
+            out.append([{"id": a, "name": served.agent[a].name if a in served.agent else a,
+                         "description": served.agent[a].description if a in served.agent else "",
                          "score": round(float(s), 6), "tools": inside[a]} for a, s in zip(ids, scores)])
         return out
 
@@ -141,30 +339,87 @@ class LiveIndex:
         """The k best agents for ``query``, each with its best tools."""
         return self._submit("agents", query, k)
 
+    def health(self) -> dict[str, Any]:
+        with self._lock:
+            served, reloads, reload_errors, last_error = self._state, self.reloads, self.reload_errors, self.last_error
+        r = served.retriever
+        with self._count_lock:
+            counts = dict(self.counts)
+        return {"status": "ok", "retriever": r.name, "tools": len(r.tools), "agents": len(getattr(r, "agents", [])),
+                "reloads": reloads, "reload_errors": reload_errors, "last_reload_error": last_error,
+                **counts, "mean_batch": round(counts["batched"] / counts["batches"], 2) if counts["batches"] else 0,
+                "queued": self._queue.qsize()}
 
-def _check(query: Any, k: Any) -> int:
+
+def _check(query: Any, k: Any, max_query_chars: int = Limits.max_query_chars) -> int:
     if not isinstance(query, str) or not query.strip():
-        raise ValueError("query must be a non-empty string")
+        raise RequestError("query must be a non-empty string")
+    if len(query) > max_query_chars:
+        raise RequestTooLarge(f"query is {len(query)} characters; the limit is {max_query_chars} "
+                              "(--max-query-chars): send a shorter request")
+    try:
+        query.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate ("\ud800" in JSON): no encoder or response can hold it
+        raise RequestError("query must be valid Unicode text (it holds a lone surrogate escape)") from None
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
-        raise ValueError(f"k must be an integer between 1 and {MAX_K}, got {k!r}")
+        raise RequestError(f"k must be an integer between 1 and {MAX_K}, got {k!r}")
     return k
 
 
-def build_server(index: LiveIndex, name: str = "toolgraph"):
-    """The MCP server (``mcp.server.mcpserver.MCPServer``) with both tools and the JSON routes."""
+def _allowed(value: str, patterns: tuple[str, ...]) -> bool:
+    """``value`` equals a pattern, or a pattern ``name:*`` names it with any port (the MCP SDK's rule)."""
+    return value in patterns or any(p.endswith(":*") and value.startswith(p[:-1]) and value[len(p) - 1:].isdigit()
+                                    for p in patterns)
+
+
+def check_headers(headers: Any, limits: Limits) -> None:
+    """Host and Origin must name this machine (DNS-rebinding protection); raises a RequestError."""
+    if "*" in limits.allowed_hosts:
+        return
+    host = headers.get("host")
+    if not host or not _allowed(host, limits.allowed_hosts):
+        err = RequestError(f"Host {host!r} is not allowed (--allowed-host: {', '.join(limits.allowed_hosts)})")
+        err.status = 421
+        raise err
+    origin = headers.get("origin")
+    if origin and not _allowed(origin, limits.allowed_origins):
+        err = RequestError(f"Origin {origin!r} is not allowed (--allowed-origin: {', '.join(limits.allowed_origins)})")
+        err.status = 403
+        raise err
+
+
+async def read_body(request: Any, limit: int) -> bytes:
+    """The request body, refused (413) once it is larger than ``limit`` bytes: by its declared
+    Content-Length before reading, or while reading, so at most ``limit`` bytes are ever held."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.strip().isdigit() and int(declared) > limit:
+        raise RequestTooLarge(f"request body is {int(declared)} bytes; the limit is {limit} (--max-body-bytes)")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise RequestTooLarge(f"request body is over {limit} bytes, the limit (--max-body-bytes)")
+    return bytes(body)
+
+
+def build_server(index: LiveIndex, name: str = "toolgraph", limits: Limits | None = None):
+    """The MCP server (``mcp.server.mcpserver.MCPServer``) with both tools and the JSON routes;
+    :func:`http_app` makes its ASGI app with the same limits on ``/mcp``."""
     import anyio
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
     from starlette.requests import Request
     from starlette.responses import JSONResponse
 
+    limits = limits or Limits(max_query_chars=index.max_query_chars, request_timeout=index.request_timeout)
     server = MCPServer(name, instructions="Search this tool catalog: search_tools(query, k) finds the tools that fit "
                                           "a request; search_agents(query, k) finds the servers (agents) to route to.")
+    server.toolgraph_limits = limits
 
     async def _call(fn, query: str, k: int) -> list[dict]:
         try:
             return await anyio.to_thread.run_sync(fn, query, k)
-        except ValueError as e:  # the caller's mistake: the model reads the message and retries
+        except ValueError as e:  # the caller's mistake (or a busy server): the model reads the message
             raise ToolError(str(e)) from None
 
     @server.tool()
@@ -179,15 +434,28 @@ def build_server(index: LiveIndex, name: str = "toolgraph"):
 
     async def _json(request: Request, fn) -> JSONResponse:
         try:
+            check_headers(request.headers, limits)
             if request.method == "POST":
-                body = await request.json()
+                ctype = request.headers.get("content-type") or ""
+                if not ctype.lower().startswith("application/json"):
+                    err = RequestError(f"Content-Type must be application/json, got {ctype or 'none'!r}")
+                    err.status = 415
+                    raise err
+                raw = await read_body(request, limits.max_body_bytes)
+                try:
+                    body = json.loads(raw)
+                except (ValueError, RecursionError) as e:
+                    raise RequestError(f"body is not valid JSON ({type(e).__name__}); send "
+                                       "{\"query\": \"...\", \"k\": 5}") from None
                 if not isinstance(body, dict):
-                    raise ValueError("body must be a JSON object {\"query\": ..., \"k\": ...}")
+                    raise RequestError("body must be a JSON object {\"query\": ..., \"k\": ...}")
                 query, k = body.get("query"), body.get("k", 5)
             else:
                 query, k = request.query_params.get("q"), request.query_params.get("k", "5")
-                k = int(k) if str(k).lstrip("-").isdigit() else k
+                k = int(k) if str(k).lstrip("-").isdigit() and len(str(k)) < 20 else k
             results = await anyio.to_thread.run_sync(fn, query, k)
+        except RequestError as e:
+            return JSONResponse({"error": str(e)}, status_code=e.status)
         except ValueError as e:
             return JSONResponse({"error": str(e)}, status_code=400)
         return JSONResponse({"query": query, "k": k, "results": results})
@@ -202,21 +470,80 @@ def build_server(index: LiveIndex, name: str = "toolgraph"):
 
     @server.custom_route("/health", methods=["GET"])
     async def health(request: Request) -> JSONResponse:
-        r = index.retriever
-        sizes = index.batches
-        return JSONResponse({"status": "ok", "retriever": r.name, "tools": len(r.tools),
-                             "agents": len(getattr(r, "agents", [])), "reloads": index.reloads,
-                             "batches": len(sizes), "mean_batch": round(sum(sizes) / len(sizes), 2) if sizes else 0})
+        try:
+            check_headers(request.headers, limits)
+        except RequestError as e:
+            return JSONResponse({"error": str(e)}, status_code=e.status)
+        return JSONResponse({**index.health(), "limits": {
+            "max_query_chars": limits.max_query_chars, "max_body_bytes": limits.max_body_bytes,
+            "request_timeout": limits.request_timeout, "max_k": MAX_K}})
 
     return server
 
 
+class _RefuseLargeBodies:
+    """ASGI wrapper: a request whose declared Content-Length is over the limit gets 413 on every
+    route (``/mcp`` included). The body is read and dropped first, up to ``DRAIN_BYTES``, so that a
+    client still sending it reads the 413 instead of a reset connection; past that it is cut off."""
+
+    def __init__(self, app: Any, limit: int):
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            declared = dict(scope.get("headers") or []).get(b"content-length", b"").strip()
+            if declared.isdigit() and int(declared) > self.limit:
+                from starlette.responses import JSONResponse
+
+                drained, more = 0, True
+                while more and drained <= DRAIN_BYTES:
+                    message = await receive()
+                    if message["type"] != "http.request":
+                        break
+                    drained += len(message.get("body", b""))
+                    more = message.get("more_body", False)
+                response = JSONResponse({"error": f"request body is {int(declared)} bytes; the limit is {self.limit} "
+                                                  "(--max-body-bytes)"}, status_code=413)
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def http_app(server: Any, host: str = "127.0.0.1"):
+    """The Starlette app of ``server`` (streamable HTTP at ``/mcp`` plus the JSON routes), with the
+    server's :class:`Limits` on ``/mcp`` too: body size, Host and Origin."""
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    limits: Limits = getattr(server, "toolgraph_limits", None) or Limits()
+    security = TransportSecuritySettings(enable_dns_rebinding_protection="*" not in limits.allowed_hosts,
+                                         allowed_hosts=list(limits.allowed_hosts),
+                                         allowed_origins=list(limits.allowed_origins))
+    app = server.streamable_http_app(stateless_http=False, max_request_body_size=limits.max_body_bytes,
+                                     transport_security=security, host=host)
+    return _RefuseLargeBodies(app, limits.max_body_bytes)
+
+
 def serve(retriever: str | Path, transport: str = "stdio", host: str = "127.0.0.1", port: int = 8000,
-          max_batch: int = 32) -> None:
+          max_batch: int = 32, max_query_chars: int = Limits.max_query_chars,
+          max_body_bytes: int = Limits.max_body_bytes, request_timeout: float = Limits.request_timeout,
+          allowed_hosts: tuple[str, ...] | list[str] | None = None,
+          allowed_origins: tuple[str, ...] | list[str] | None = None) -> None:
+    """Run the server until interrupted (``toolgraph serve``). Refuses to start (``DataError``) on an
+    index that cannot be served; every limit is a :class:`Limits` field."""
     if transport not in ("stdio", "http"):
         raise ConfigError(f"--transport must be stdio or http, got {transport!r}")
-    server = build_server(LiveIndex(retriever, max_batch=max_batch))
+    limits = Limits(max_query_chars=max_query_chars, max_body_bytes=max_body_bytes, request_timeout=request_timeout,
+                    allowed_hosts=tuple(allowed_hosts or LOCAL_HOSTS), allowed_origins=tuple(allowed_origins or LOCAL_ORIGINS))
+    index = LiveIndex(retriever, max_batch=max_batch, max_query_chars=max_query_chars, request_timeout=request_timeout)
+    server = build_server(index, limits=limits)
     if transport == "stdio":
         server.run("stdio")
-    else:
-        server.run("streamable-http", host=host, port=port, stateless_http=False)
+        return
+    import uvicorn
+
+    # the request line and headers are bounded by h11 (a GET with a longer query string gets 400);
+    # room for a query of max_query_chars characters, percent-encoded
+    line_limit = max(65536, 9 * max_query_chars + 8192)
+    config = uvicorn.Config(http_app(server, host), host=host, port=port, log_level=server.settings.log_level.lower(),
+                            h11_max_incomplete_event_size=line_limit)
+    uvicorn.Server(config).run()

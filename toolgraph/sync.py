@@ -13,13 +13,28 @@ renames (old -> ``.NAME.old-PID``, new -> NAME), then the old one is deleted. A 
 leaves the live index untouched (the half-written sibling is ignored and cleaned up by the next
 sync); a crash between the two renames leaves the complete old index under ``.NAME.old-PID``, which
 :func:`recover` (called by ``toolgraph.load`` and by every sync) moves back.
+
+Never someone else's folder: ``--index`` must be absent, an empty folder, or a saved toolgraph index
+(it holds ``retriever.json``); anything else is refused with nothing renamed or deleted.
+
+One writer at a time: a sync holds ``.NAME.lock`` beside the index (``flock``: the kernel releases
+it when the process ends, even on kill -9, so it never goes stale) from before it reads the index
+until the new one is in place. A second sync of the same index waits for it up to ``wait`` seconds
+(``--wait``, default 60; 0: fail at once), then fails with a message naming the lock. Only under
+the lock are the ``.NAME.new-*`` folders of earlier failed syncs deleted, so a running sync's folder
+is never touched.
 """
 
 from __future__ import annotations
 
+import glob
 import os
+import re
 import shutil
 import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -31,19 +46,23 @@ from toolgraph.retrieval.base import Retriever
 from toolgraph.retrieval.loading import load, recover
 from toolgraph.retrieval.pipeline import resolve_retriever
 
-__all__ = ["read_catalog_any", "recover", "save_atomically", "sync_index"]
+__all__ = ["index_lock", "read_catalog_any", "recover", "save_atomically", "sync_index"]
+
+LOCK_WAIT = 60.0  # seconds a sync waits for another sync of the same index
 
 
-def read_catalog_any(path: str | Path) -> tuple[list[Tool], list[Agent]]:
-    """Tools and agents from an MCP servers file, a tools/list folder, or a canonical dataset folder."""
+def read_catalog_any(path: str | Path, on_duplicate: str = "error") -> tuple[list[Tool], list[Agent]]:
+    """Tools and agents from an MCP servers file, a tools/list folder, or a canonical dataset folder;
+    ``on_duplicate``: what a tool repeated inside one server (or a repeated query id) does:
+    error, keep-first, keep-last."""
     path = Path(path)
     if path.is_dir() and (path / "tools.jsonl").is_file():
-        ds = read_dataset(path)
+        ds = read_dataset(path, on_duplicate=on_duplicate)
         return ds.tools, ds.agents
     if path.is_dir():
-        builder = read_catalog(tools_lists=path)
+        builder = read_catalog(tools_lists=path, on_duplicate=on_duplicate)
     elif path.is_file():
-        builder = read_catalog(servers=path)
+        builder = read_catalog(servers=path, on_duplicate=on_duplicate)
     else:
         raise DataError("catalog not found", path)
     return list(builder.tools.values()), list(builder.agents.values())
@@ -56,12 +75,75 @@ def _fsync_tree(folder: Path) -> None:
                 os.fsync(f.fileno())
 
 
-def save_atomically(retriever: Retriever, path: str | Path) -> Path:
-    """Save ``retriever`` to ``path`` so that ``path`` is always either the old or the new index."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    for stale in path.parent.glob(f".{path.name}.new-*"):  # left by a crash while saving
-        shutil.rmtree(stale, ignore_errors=True)
+def _check_target(path: Path) -> bool:
+    """True if ``path`` holds a saved index, False if it is absent or an empty folder; any other
+    file or folder is refused (ConfigError), so a sync never replaces what it did not write."""
+    if not path.exists() and not path.is_symlink():
+        return False
+    fix = "give --index a new or empty folder, or an index written by toolgraph index sync; nothing was changed"
+    if not path.is_dir():
+        raise ConfigError(f"--index {path}: exists and is not a folder; refusing to replace it: {fix}")
+    if (path / "retriever.json").is_file():
+        return True
+    if next(path.iterdir(), None) is None:
+        return False
+    raise ConfigError(f"--index {path}: the folder exists and is not a toolgraph index (no retriever.json); "
+                      f"refusing to replace it: {fix}")
+
+
+def _lock_path(index: Path) -> Path:
+    return index.parent / f".{index.name}.lock"
+
+
+@contextmanager
+def index_lock(index: str | Path, wait: float = LOCK_WAIT) -> Iterator[Path]:
+    """Hold ``.NAME.lock`` beside ``index`` (one writer at a time); waits up to ``wait`` seconds
+    for another holder, then raises a DataError naming the lock and its holder's pid."""
+    import fcntl
+
+    index = Path(index)
+    if not wait >= 0:  # NaN too
+        raise ConfigError(f"--wait must be >= 0 seconds, got {wait}")
+    index.parent.mkdir(parents=True, exist_ok=True)
+    lock = _lock_path(index)
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    except OSError as e:
+        raise DataError(f"cannot open the index lock file ({e.strerror or type(e).__name__}); index sync needs a "
+                        "folder it can write beside the index", lock) from None
+    try:
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+                    raise DataError(f"another toolgraph index sync (pid {holder}) is writing {index}; waited "
+                                    f"{wait:g} s. Run it again when that one has finished (or wait longer: --wait "
+                                    "SECONDS)", lock) from None
+                time.sleep(0.05)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield lock
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _clean_stale(path: Path) -> None:
+    """Delete ``.NAME.new-XXXX`` folders left by a sync that died while saving (call under the lock:
+    never another running sync's folder). Only names ``tempfile.mkdtemp`` makes for this index."""
+    made = re.compile(rf"\.{re.escape(path.name)}\.new-[a-z0-9_]+")
+    for stale in path.parent.glob(f".{glob.escape(path.name)}.new-*"):
+        if made.fullmatch(stale.name) and stale.is_dir() and not stale.is_symlink():
+            shutil.rmtree(stale, ignore_errors=True)
+
+
+def _swap_in(retriever: Retriever, path: Path) -> Path:
+    """Save into a hidden sibling, then two renames (the caller holds the lock)."""
+    _check_target(path)
+    _clean_stale(path)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.new-", dir=path.parent))
     try:
         retriever.save(tmp)
@@ -77,20 +159,35 @@ def save_atomically(retriever: Retriever, path: str | Path) -> Path:
     return path
 
 
-def sync_index(catalog: str | Path, index: str | Path, retriever: Any = None) -> dict[str, Any]:
-    """Bring ``index`` in line with ``catalog``; returns the counts (added/updated/removed/encoded)."""
-    tools, agents = read_catalog_any(catalog)
-    index = Path(index)
-    recover(index)
-    if (index / "retriever.json").is_file():
-        r = load(index)
-        created = False
-    else:
-        r = resolve_retriever(retriever if retriever is not None else {"name": "t2a"}, "retriever")
-        created = True
-    if not hasattr(r, "sync"):
-        raise ConfigError(f"index sync needs an agent index (t2a, agent_only, tool_only, mcp_zero); "
-                          f"{index} holds a {type(r).__name__}")
-    counts = r.sync(tools, agents)
-    save_atomically(r, index)
-    return {**counts, "created": created, "index": str(index)}
+def save_atomically(retriever: Retriever, path: str | Path, wait: float = LOCK_WAIT) -> Path:
+    """Save ``retriever`` to ``path`` so that ``path`` is always either the old or the new index.
+    ``path`` must be absent, empty or a saved index (anything else: ConfigError, nothing changed);
+    the write holds the index lock (see :func:`index_lock`)."""
+    path = Path(os.path.abspath(path))  # "." or "idx/" name the folder itself
+    with index_lock(path, wait):
+        recover(path)
+        return _swap_in(retriever, path)
+
+
+def sync_index(catalog: str | Path, index: str | Path, retriever: Any = None,
+               wait: float = LOCK_WAIT, on_duplicate: str = "error") -> dict[str, Any]:
+    """Bring ``index`` in line with ``catalog``; returns the counts (added/updated/removed/encoded).
+    ``created`` is true when no index was there (an absent or empty folder); a folder that exists
+    and is not an index is refused. Holds the index lock for the whole sync (``wait``: see
+    :func:`index_lock`)."""
+    tools, agents = read_catalog_any(catalog, on_duplicate)
+    shown, index = str(index), Path(os.path.abspath(index))
+    with index_lock(index, wait):
+        recover(index)
+        if _check_target(index):
+            r = load(index)
+            created = False
+        else:
+            r = resolve_retriever(retriever if retriever is not None else {"name": "t2a"}, "retriever")
+            created = True
+        if not hasattr(r, "sync"):
+            raise ConfigError(f"index sync needs an agent index (t2a, agent_only, tool_only, mcp_zero); "
+                              f"{index} holds a {type(r).__name__}")
+        counts = r.sync(tools, agents)
+        _swap_in(r, index)
+    return {**counts, "created": created, "index": shown}

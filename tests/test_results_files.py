@@ -38,6 +38,7 @@ GENERATED = {
     "inductive": ({"save": False}, "docs/graph.md",
                   {"inductive-main", "inductive-ablation", "inductive-kl", "inductive-timing"}),
     "agents": ({}, "docs/agents-and-serving.md", {"agents-main", "agents-variants", "agents-mcp-layout", "agents-serving"}),
+    "soak": ({}, "docs/agents-and-serving.md", {"serve-soak"}),
 }
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 MARKER = re.compile(r"<!-- ([\w-]+):start -->")
@@ -105,3 +106,17 @@ def test_serving_rows_have_no_errors_and_sync_encodes_only_the_changed_tools():
     assert serve and all(r["metrics"]["errors"] == 0 for r in serve)
     sync = next(r for r in rows if r["method"] == "serve/sync")["metrics"]
     assert sync["encoded"] == sync["changed_tools"] == 1000
+
+
+def test_soak_row_served_for_ten_minutes_with_no_errors_and_flat_resources():
+    """Issue 20's soak goal: 20 clients, 10 minutes, swaps every 30 s, a 5 MB query a minute; no error
+    apart from the refused oversize ones, memory and open files flat."""
+    rows = [r for r in json.loads((ROOT / "benchmarks/results/serve.json").read_text())["rows"]
+            if r["method"] == "serve/soak"]
+    assert rows
+    for r in rows:
+        m = r["metrics"]
+        assert m["clients"] >= 20 and m["seconds"] >= 600 and m["swaps"] >= 19
+        assert m["errors"] == 0 and m["oversized_refused_413"] == m["oversized_sent"] >= 10
+        assert m["fds_end"] <= m["fds_start"] + 5 and m["files_written_by_server"] == 0
+        assert m["rss_mb_max"] <= 1.25 * m["rss_mb_start"] and m["server_alive"]

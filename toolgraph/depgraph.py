@@ -25,7 +25,7 @@ import torch
 
 from toolgraph.data.schema import Tool, ToolDataset, natural_key
 from toolgraph.data.tdi import LABEL_INDEX, Pair
-from toolgraph.evaluation import write_text_atomic
+from toolgraph.files import atomic_path, write_text_atomic
 
 
 @dataclass
@@ -182,11 +182,9 @@ def propose_links(tools: list[Tool], documents: dict[str, str], cfg: GraphConfig
 def write_graph(edges: list[dict[str, Any]], stats: dict[str, Any], folder: str | Path) -> Path:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / ".edges.jsonl.tmp"
-    with tmp.open("w", encoding="utf-8") as f:
+    with atomic_path(folder / "edges.jsonl") as tmp, tmp.open("w", encoding="utf-8") as f:
         for e in edges:
             f.write(json.dumps(e, ensure_ascii=False) + "\n")
-    tmp.replace(folder / "edges.jsonl")
     write_text_atomic(folder / "stats.json", json.dumps(stats, indent=2, default=str) + "\n")
     return folder
 

@@ -9,11 +9,9 @@ complete run (a folder without it was interrupted: re-run). SIGTERM / SIGINT unw
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import re
-import shutil
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -26,6 +24,7 @@ from toolgraph import metrics as M
 from toolgraph.config import EvalConfig, to_dict
 from toolgraph.data.schema import Query, ToolDataset
 from toolgraph.errors import ConfigError, DataError
+from toolgraph.files import atomic_path, clean_new_copies, recover_folder, swap_folder, write_text_atomic
 from toolgraph.retrieval.base import Ranking, Retriever
 from toolgraph.retrieval.steps import sentences
 
@@ -132,7 +131,8 @@ def write_report(report: Report, out: str | Path, config: Any, ds: ToolDataset,
                                           report.ranking.scores.tolist(), strict=True):
             top = [{"id": i, "score": round(s, 6)} for i, s in zip(ids, scores, strict=True)]
             f.write(json.dumps({"query": qid, "gold": gold, "top": top}) + "\n")
-        _sync(f)
+        f.flush()
+        os.fsync(f.fileno())
     plot_curves(report.curves, out / "curves.png", title=f"{ds.name}")
     results = {"metrics": report.metrics, "agent_metrics": report.agent_metrics, "config": to_dict(config),
                "dataset": ds.stats(), "timings": report.timings, "curves": report.curves, "notes": report.notes}
@@ -166,33 +166,6 @@ def plot_curves(curves: dict[str, list[float]], path: Path, title: str = "") -> 
 # ---- outputs: atomic files, the results.json commit mark, output folders, signals ---------------
 RESULTS = "results.json"
 OUTPUT_MARKERS = ("config.yaml", RESULTS, "retriever.json")  # a folder holding one of these is ours
-
-
-def _sync(f: Any) -> None:
-    f.flush()
-    os.fsync(f.fileno())
-
-
-@contextmanager
-def atomic_path(path: str | Path) -> Iterator[Path]:
-    """A hidden temp name beside ``path`` to write to; renamed over ``path`` when the block ends, removed
-    if it raises (SIGTERM / Ctrl-C included). Readers see the old file or the new one, never a part."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        yield tmp
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists() or tmp.is_symlink():
-            tmp.unlink()
-
-
-def write_text_atomic(path: str | Path, text: str) -> Path:
-    """``path.write_text(text)`` that never leaves a partial file (temp name, fsync, rename)."""
-    with atomic_path(path) as tmp, tmp.open("w", encoding="utf-8") as f:
-        f.write(text)
-        _sync(f)
-    return Path(path)
 
 
 _TEMP = re.compile(r"\.(config\.yaml|results\.json|rankings\.jsonl|curves\.png)\.tmp-\d+")
@@ -251,34 +224,13 @@ def check_output_folder(path: str | Path, what: str, markers: tuple[str, ...] = 
 
 
 def replace_folder(dest: str | Path, build: Callable[[Path], Any], what: str = "output") -> Any:
-    """Run ``build(tmp)`` on a hidden sibling folder of ``dest``, then swap it in (old one renamed
-    aside, new one renamed in, old one deleted): an interrupted export leaves the old folder, or
-    none, never a mix. ``dest`` must be absent, empty, or a saved retriever (retriever.json)."""
+    """``build(tmp)`` swapped in at ``dest`` (``files.swap_folder``): an interrupted export leaves the old
+    folder, never a mix. ``dest`` must be absent, empty, or a saved retriever (retriever.json)."""
     dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    left = re.compile(rf"\.{re.escape(dest.name)}\.(new|old)-\d+")  # what a killed (kill -9) export left
-    for stale in dest.parent.glob(f".{glob.escape(dest.name)}.*-*"):
-        if not left.fullmatch(stale.name) or not stale.is_dir() or stale.is_symlink():
-            continue
-        if ".old-" in stale.name and not dest.exists():  # killed between the two renames: the old one back
-            os.rename(stale, dest)
-        else:
-            shutil.rmtree(stale, ignore_errors=True)
+    recover_folder(dest)  # what a killed (kill -9) export left: the old folder back, its unfinished copy gone
+    clean_new_copies(dest)
     check_output_folder(dest, what, ("retriever.json", "manifest.json"))
-    tmp = dest.with_name(f".{dest.name}.new-{os.getpid()}")
-    old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
-    try:
-        result = build(tmp)
-        if dest.exists():
-            os.rename(dest, old)
-        os.rename(tmp, dest)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-        if old.exists() and not dest.exists():  # interrupted between the renames: put the old one back
-            os.rename(old, dest)
-    shutil.rmtree(old, ignore_errors=True)
-    return result
+    return swap_folder(dest, build)
 
 
 class Terminated(BaseException):  # noqa: N818 - like KeyboardInterrupt: not an Exception, nothing swallows it

@@ -27,11 +27,7 @@ is never touched.
 
 from __future__ import annotations
 
-import glob
 import os
-import re
-import shutil
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -42,6 +38,7 @@ from toolgraph.data.formats import read_dataset
 from toolgraph.data.schema import Agent, Tool
 from toolgraph.data.sources.mcp import read_catalog
 from toolgraph.errors import ConfigError, DataError
+from toolgraph.files import clean_new_copies, swap_folder
 from toolgraph.retrieval.base import Retriever
 from toolgraph.retrieval.loading import load, recover
 from toolgraph.retrieval.pipeline import resolve_retriever
@@ -66,13 +63,6 @@ def read_catalog_any(path: str | Path, on_duplicate: str = "error") -> tuple[lis
     else:
         raise DataError("catalog not found", path)
     return list(builder.tools.values()), list(builder.agents.values())
-
-
-def _fsync_tree(folder: Path) -> None:
-    for p in folder.rglob("*"):
-        if p.is_file():
-            with p.open("rb") as f:
-                os.fsync(f.fileno())
 
 
 def _check_target(path: Path) -> bool:
@@ -131,31 +121,12 @@ def index_lock(index: str | Path, wait: float = LOCK_WAIT) -> Iterator[Path]:
         os.close(fd)  # releases the lock
 
 
-def _clean_stale(path: Path) -> None:
-    """Delete ``.NAME.new-XXXX`` folders left by a sync that died while saving (call under the lock:
-    never another running sync's folder). Only names ``tempfile.mkdtemp`` makes for this index."""
-    made = re.compile(rf"\.{re.escape(path.name)}\.new-[a-z0-9_]+")
-    for stale in path.parent.glob(f".{glob.escape(path.name)}.new-*"):
-        if made.fullmatch(stale.name) and stale.is_dir() and not stale.is_symlink():
-            shutil.rmtree(stale, ignore_errors=True)
-
-
 def _swap_in(retriever: Retriever, path: Path) -> Path:
-    """Save into a hidden sibling, then two renames (the caller holds the lock)."""
+    """Save into a hidden sibling, then two renames (``files.swap_folder``; the caller holds the lock,
+    so the unfinished copies of a sync that died are nobody else's)."""
     _check_target(path)
-    _clean_stale(path)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.new-", dir=path.parent))
-    try:
-        retriever.save(tmp)
-        _fsync_tree(tmp)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    old = path.parent / f".{path.name}.old-{os.getpid()}"
-    if path.exists():
-        os.rename(path, old)
-    os.rename(tmp, path)
-    shutil.rmtree(old, ignore_errors=True)
+    clean_new_copies(path)
+    swap_folder(path, retriever.save)
     return path
 
 

@@ -36,6 +36,7 @@ from toolgraph.data.formats import iter_jsonl
 from toolgraph.data.loading import load_dataset
 from toolgraph.data.schema import Query, Tool, ToolDataset
 from toolgraph.errors import ConfigError, DataError
+from toolgraph.files import atomic_path, write_text_atomic
 from toolgraph.registry import DATASETS
 
 LABELS = ("a_needs_b", "none", "b_needs_a")
@@ -289,18 +290,14 @@ def write_tdi(tdi: TDISet, folder: str | Path) -> Path:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     for name, pairs in tdi.pairs.items():
-        tmp = folder / f".{name}.jsonl.tmp"
-        with tmp.open("w", encoding="utf-8") as f:
+        with atomic_path(folder / f"{name}.jsonl") as tmp, tmp.open("w", encoding="utf-8") as f:
             for p in pairs:
                 row = {"tool_a": p.tool_a, "tool_b": p.tool_b, "label": p.label,
                        "doc_a": tdi.documents[p.tool_a], "doc_b": tdi.documents[p.tool_b],
                        "source": p.source, "kind": p.kind, "weight": p.weight}
                 f.write(json.dumps(row, ensure_ascii=False) + "\n")
-        tmp.replace(folder / f"{name}.jsonl")
     stats = {"counts": tdi.counts(), "config": tdi.config}
-    tmp = folder / ".stats.json.tmp"
-    tmp.write_text(json.dumps(stats, indent=2) + "\n")
-    tmp.replace(folder / "stats.json")  # the sets and their stats are each replaced whole
+    write_text_atomic(folder / "stats.json", json.dumps(stats, indent=2) + "\n")
     return folder
 
 

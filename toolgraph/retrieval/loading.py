@@ -15,8 +15,6 @@ side only then).
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +23,7 @@ import torch
 from toolgraph.config import EvaluateConfig, load_config
 from toolgraph.data import prepare_dataset
 from toolgraph.errors import ConfigError, DataError
+from toolgraph.files import recover_folder
 from toolgraph.registry import TASKS
 from toolgraph.retrieval.base import Retriever, build_retriever
 
@@ -104,21 +103,5 @@ def from_config(config: str | Path | dict) -> Retriever:
     return retriever
 
 
-# ---- crash recovery of an index swapped in by ``toolgraph index sync`` (toolgraph/sync.py) --------
-def old_copies(path: Path) -> list[Path]:
-    """Folders ``.NAME.old-PID`` that a sync moved aside, oldest first."""
-    return sorted(path.parent.glob(f".{path.name}.old-*"), key=lambda p: p.stat().st_mtime)
-
-
-def recover(path: str | Path) -> bool:
-    """Put back an index left aside by a crash between the two renames; True if one was restored."""
-    path = Path(path)
-    if path.exists():
-        for stale in old_copies(path):  # the swap finished; only the delete was interrupted
-            shutil.rmtree(stale, ignore_errors=True)
-        return False
-    olds = old_copies(path)
-    if not olds:
-        return False
-    os.rename(olds[-1], path)
-    return True
+# crash recovery of an index swapped in by ``toolgraph index sync`` or an export: ``files.recover_folder``
+recover = recover_folder

@@ -20,6 +20,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from toolgraph.errors import DataError
+from toolgraph.files import write_text_atomic
 
 __all__ = ["MANIFEST", "check_manifest", "mark_writing", "write_manifest"]
 
@@ -44,9 +45,7 @@ def _count_vocabulary(folder: Path) -> int | None:
 
 def _write(folder: Path, data: dict[str, Any]) -> None:
     """``manifest.json`` replaced in one rename: readers see the old file or the new one."""
-    tmp = folder / f".{MANIFEST}.tmp-{os.getpid()}"
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, folder / MANIFEST)
+    write_text_atomic(folder / MANIFEST, json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 
 def mark_writing(folder: str | Path) -> None:

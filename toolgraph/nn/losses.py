@@ -56,6 +56,30 @@ def info_nce(q: torch.Tensor, d: torch.Tensor, positive: torch.Tensor, temperatu
     return F.cross_entropy(logits, positive)
 
 
+def full_catalog_nce(q: torch.Tensor, tools: torch.Tensor, gold: torch.Tensor, temperature: float,
+                     positive: torch.Tensor | None = None, allowed: torch.Tensor | None = None) -> torch.Tensor:
+    """InfoNCE of each query against the whole catalog ``tools`` [N, H] instead of a batch's documents.
+
+    gold [B, G] tool indices (-1 padded): no gold tool is ever a negative of its query.
+    ``positive`` [B] one gold tool per query (classic InfoNCE over the catalog); None = every gold tool
+    is a positive in turn (multi-positive: the mean over a query's gold set of
+    ``-log e^{s_g} / (e^{s_g} + sum_{non-gold} e^{s_j})``). ``allowed`` [N] False = not a negative
+    (tools a split hides from training). q [B, H]; mean over queries."""
+    logits = (q @ tools.T).float() / temperature  # [B, N]
+    low = torch.finfo(logits.dtype).min
+    if allowed is not None:
+        logits = logits.masked_fill(~allowed.view(1, -1), low)
+    valid = gold >= 0  # [B, G]
+    is_gold = torch.zeros_like(logits, dtype=torch.bool).scatter_(1, gold.clamp(min=0), valid)  # [B, N]
+    lse_neg = torch.logsumexp(logits.masked_fill(is_gold, low), dim=1, keepdim=True)  # [B, 1]
+    if positive is not None:
+        pos, valid = logits.gather(1, positive.view(-1, 1)), torch.ones_like(positive.view(-1, 1), dtype=torch.bool)
+    else:
+        pos = logits.gather(1, gold.clamp(min=0))  # [B, G]
+    per = torch.logaddexp(pos, lse_neg) - pos  # [B, G] -log p(positive | positive + negatives)
+    return ((per * valid).sum(1) / valid.sum(1).clamp(min=1)).mean()
+
+
 def multilabel_loss(logits: torch.Tensor, target: torch.Tensor, kind: str, valid: torch.Tensor | None = None) -> torch.Tensor:
     """Loss of per-item logits [B, C] against a multi-hot ``target`` [B, C] (mean over rows).
 

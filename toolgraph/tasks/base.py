@@ -97,6 +97,12 @@ class Task(L.LightningModule):
         """After fit and test, on rank 0 with the best weights loaded: export, write results (results.json
         last, with ``extra()``'s entries, e.g. the training summary); returns the headline metrics."""
 
+    @classmethod
+    def manual_optimization(cls, cfg: Any) -> bool:
+        """Whether this task steps its optimizer itself for ``cfg`` (then the trainer clips nothing and
+        accumulates nothing: the task's training_step does what is needed)."""
+        return False
+
     def param_groups(self) -> list[dict[str, Any]]:
         """AdamW groups: no weight decay on biases and norm weights (1-d parameters)."""
         decay, no_decay = [], []

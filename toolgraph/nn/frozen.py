@@ -1,0 +1,197 @@
+"""Frozen lower layers with cached activations.
+
+Tool catalogs are small and training texts are fixed, so the output of a frozen bottom (embeddings
++ the first K transformer layers) is the same every epoch: compute it once, in eval mode without gradients, keep
+it in fp16 (``PackedStates``, only real tokens, no padding) and train only the layers above
+(``run_layers``). Works with BERT-style backbones (``embeddings`` + ``encoder.layer``: BERT, MiniLM,
+RoBERTa, ELECTRA, ...); DeBERTa's relative-position encoder is refused with a clear message.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from toolgraph.errors import ConfigError, DataError
+from toolgraph.files import atomic_path
+
+
+def stack(backbone: nn.Module) -> tuple[nn.Module, nn.ModuleList]:
+    """(embeddings, transformer layers) of a BERT-style backbone, or a ConfigError."""
+    emb = getattr(backbone, "embeddings", None)
+    enc = getattr(backbone, "encoder", None)
+    layers = getattr(enc, "layer", None)
+    if emb is None or not isinstance(layers, nn.ModuleList) or hasattr(enc, "rel_embeddings"):
+        raise ConfigError(f"model.freeze_layers: needs a BERT-style encoder (embeddings + encoder.layer, absolute "
+                          f"positions); {type(backbone).__name__} is not one. Use freeze_layers: 0")
+    return emb, layers
+
+
+def check_depth(backbone: nn.Module, k: int) -> None:
+    n = len(stack(backbone)[1])
+    if not 0 <= k < n:
+        raise ConfigError(f"model.freeze_layers: {k} must be in [0, {n - 1}] for a {n}-layer encoder "
+                          "(at least the top layer trains)")
+
+
+def freeze_bottom(backbone: nn.Module, k: int) -> None:
+    """Stop gradients to the embeddings and the first ``k`` layers (k=0: nothing frozen)."""
+    if k <= 0:
+        return
+    check_depth(backbone, k)
+    emb, layers = stack(backbone)
+    for module in [emb, *layers[:k]]:
+        for p in module.parameters():
+            p.requires_grad_(False)
+
+
+def layer_mask(backbone: nn.Module, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor | None:
+    """The attention mask the backbone's own forward would hand its layers (eager or SDPA)."""
+    try:
+        from transformers.masking_utils import create_bidirectional_mask
+    except ImportError:  # transformers < 4.56: the additive [B, 1, 1, L] mask
+        return backbone.get_extended_attention_mask(attention_mask, attention_mask.shape)
+    return create_bidirectional_mask(config=backbone.config, inputs_embeds=hidden, attention_mask=attention_mask)
+
+
+def run_layers(backbone: nn.Module, hidden: torch.Tensor, attention_mask: torch.Tensor, start: int,
+               stop: int | None = None) -> torch.Tensor:
+    """Transformer layers ``start:stop`` over ``hidden`` [B, L, H] -> [B, L, H]."""
+    layers = stack(backbone)[1][start:stop]
+    mask = layer_mask(backbone, hidden, attention_mask)
+    for layer in layers:
+        out = layer(hidden, mask)
+        hidden = out[0] if isinstance(out, tuple) else out
+    return hidden
+
+
+def bottom_states(backbone: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, k: int) -> torch.Tensor:
+    """Embeddings + first ``k`` layers [B, L, H], in eval mode without a graph (no dropout)."""
+    emb = stack(backbone)[0]
+    was = backbone.training
+    backbone.eval()
+    try:
+        with torch.no_grad():
+            return run_layers(backbone, emb(input_ids=input_ids), attention_mask, 0, k)
+    finally:
+        backbone.train(was)
+
+
+class PackedStates:
+    """Per-text hidden states [len_i, H] packed into one tensor [sum len_i, H] (fp16 by default, no padding)."""
+
+    def __init__(self, flat: torch.Tensor, offsets: torch.Tensor):
+        self.flat, self.offsets = flat, offsets  # [T, H] fp16, [n + 1] int64
+        self.lengths = (offsets[1:] - offsets[:-1]).tolist()
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    @property
+    def nbytes(self) -> int:
+        return self.flat.numel() * self.flat.element_size()
+
+    @classmethod
+    def build(cls, backbone: nn.Module, tokenizer, texts: Sequence[str], k: int, max_length: int,
+              batch_size: int = 128, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float16,
+              ) -> PackedStates:
+        """Run the frozen bottom over ``texts`` in length-sorted batches (little padding); stored as ``dtype``."""
+        ids = tokenizer(list(texts), truncation=True, max_length=max_length)["input_ids"]
+        order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+        lengths = torch.tensor([len(x) for x in ids], dtype=torch.long)
+        offsets = torch.zeros(len(ids) + 1, dtype=torch.long)
+        offsets[1:] = lengths.cumsum(0)
+        flat = torch.empty(int(offsets[-1]), backbone.config.hidden_size, dtype=dtype)
+        pad = tokenizer.pad_token_id or 0
+        for s in range(0, len(order), batch_size):
+            rows = order[s:s + batch_size]
+            width = max(len(ids[i]) for i in rows)
+            input_ids = torch.full((len(rows), width), pad, dtype=torch.long)
+            mask = torch.zeros((len(rows), width), dtype=torch.long)
+            for j, i in enumerate(rows):
+                input_ids[j, :len(ids[i])] = torch.tensor(ids[i])
+                mask[j, :len(ids[i])] = 1
+            hidden = bottom_states(backbone, input_ids.to(device), mask.to(device), k).to("cpu", dtype)
+            for j, i in enumerate(rows):
+                flat[offsets[i]:offsets[i + 1]] = hidden[j, :len(ids[i])]
+        return cls(flat, offsets)
+
+    def batch(self, index: torch.Tensor | Sequence[int], device: torch.device | str = "cpu",
+              dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+        """(hidden [B, L, H], attention mask [B, L]) of the texts ``index``, padded to the longest."""
+        rows = [int(i) for i in index]
+        width = max(self.lengths[i] for i in rows)
+        hidden = torch.zeros(len(rows), width, self.flat.shape[1], dtype=self.flat.dtype)
+        mask = torch.zeros(len(rows), width, dtype=torch.long)
+        for j, i in enumerate(rows):
+            n = self.lengths[i]
+            hidden[j, :n] = self.flat[self.offsets[i]:self.offsets[i] + n]
+            mask[j, :n] = 1
+        return hidden.to(device=device, dtype=dtype), mask.to(device)
+
+    def encode(self, encoder: nn.Module, index: torch.Tensor | Sequence[int], layer: int,
+               device: torch.device | str = "cpu", chunk: int = 32) -> torch.Tensor:
+        """``encoder.forward_from`` over the texts ``index`` -> [B, H] in the order given, run in
+        length-sorted chunks of ``chunk`` texts so that little compute goes to padding."""
+        rows = [int(i) for i in index]
+        order = sorted(range(len(rows)), key=lambda j: self.lengths[rows[j]])
+        parts = []
+        for s in range(0, len(order), chunk):
+            hidden, mask = self.batch([rows[j] for j in order[s:s + chunk]], device)
+            parts.append(encoder.forward_from(hidden, mask, layer))
+        out = torch.cat(parts)  # [B, H] in length order
+        inverse = torch.empty(len(order), dtype=torch.long, device=out.device)
+        inverse[torch.tensor(order, device=out.device)] = torch.arange(len(order), device=out.device)
+        return out[inverse]
+
+    def save(self, path: Path) -> None:
+        with atomic_path(path) as tmp:
+            torch.save({"flat": self.flat, "offsets": self.offsets}, tmp)
+
+    @classmethod
+    def load(cls, path: Path, n: int, hidden: int) -> PackedStates:
+        """Read a saved cache; a DataError (naming the file) unless it holds ``n`` texts of width ``hidden``."""
+        try:
+            data = torch.load(path, map_location="cpu", weights_only=True)
+            flat, offsets = data["flat"], data["offsets"]
+            ok = (flat.ndim == 2 and flat.shape[1] == hidden and offsets.shape == (n + 1,)
+                  and int(offsets[-1]) == flat.shape[0] and bool((offsets[1:] >= offsets[:-1]).all()))
+        except Exception as e:  # noqa: BLE001 - a cut or foreign file: one clear message
+            raise DataError(f"unreadable activation cache ({type(e).__name__}); delete it to rebuild", path) from None
+        if not ok:
+            raise DataError(f"activation cache does not fit: expected {n} texts of width {hidden}; delete it to "
+                            "rebuild", path)
+        return cls(flat, offsets)
+
+
+def cache_key(backbone: nn.Module, tokenizer, texts: Sequence[str], k: int, max_length: int) -> str:
+    """Hash of what the cached states depend on: the frozen weights, the tokenizer, the texts, K, length."""
+    h = hashlib.sha1(f"{type(backbone).__name__}|{k}|{max_length}|{len(texts)}".encode())
+    emb, layers = stack(backbone)
+    for module in [emb, *layers[:k]]:
+        for name, t in module.state_dict().items():
+            h.update(name.encode())
+            h.update(t.detach().to("cpu").contiguous().view(torch.uint8).numpy().tobytes())
+    vocab = sorted(tokenizer.get_vocab().items())
+    h.update(f"{type(tokenizer).__name__}|{vocab}|{getattr(tokenizer, 'do_lower_case', None)}".encode())
+    for t in texts:
+        h.update(t.encode("utf-8", "surrogatepass") + b"\0")
+    return h.hexdigest()[:20]
+
+
+def cached_states(backbone: nn.Module, tokenizer, texts: Sequence[str], k: int, max_length: int,
+                  cache_dir: str | Path | None, batch_size: int = 128, device: torch.device | str = "cpu") -> PackedStates:
+    """``PackedStates`` of ``texts`` under ``cache_dir`` (keyed by ``cache_key``): built once, then read."""
+    if cache_dir is None:
+        return PackedStates.build(backbone, tokenizer, texts, k, max_length, batch_size, device)
+    path = Path(cache_dir) / f"states-{cache_key(backbone, tokenizer, texts, k, max_length)}.pt"
+    if path.is_file():
+        return PackedStates.load(path, len(texts), backbone.config.hidden_size)
+    states = PackedStates.build(backbone, tokenizer, texts, k, max_length, batch_size, device)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    states.save(path)
+    return states

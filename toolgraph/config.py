@@ -249,6 +249,7 @@ class TextDataConfig(DataConfig):
     max_tool_length: int = bounded(128, ge=1)
     eval_max_query_length: int = bounded(128, ge=1)  # val/test and the exported retriever: long queries kept whole
     num_workers: int = bounded(0, ge=0)
+    bucket_by_length: bool = False  # training batches of queries of similar length (less padding)
     val_split: str = "val"  # the split validated on during fit
     test_split: str = "test"
 
@@ -299,6 +300,12 @@ class OptimConfig:
     schedule: Literal["linear", "cosine", "constant"] = "linear"  # after warmup
 
 
+def _max_time(v: Any) -> str | None:
+    if v is None or (isinstance(v, str) and re.fullmatch(r"\d{2}:\d{2}:\d{2}:\d{2}", v)):
+        return None
+    return f"must be a wall-clock limit as DD:HH:MM:SS (e.g. 00:01:00:00 for one hour), got {v!r}"
+
+
 @dataclass
 class TrainerConfig:
     accelerator: Literal["auto", "cpu", "gpu", "cuda", "mps", "tpu"] = "auto"
@@ -308,6 +315,7 @@ class TrainerConfig:
     precision: Literal["32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true"] = "32-true"
     max_epochs: int = bounded(1, ge=-1)  # -1: no limit
     max_steps: int = bounded(-1, ge=-1)  # -1: no limit
+    max_time: str | None = bounded(None, check=_max_time)  # "DD:HH:MM:SS": stop after this much wall-clock time
     accumulate_grad_batches: int = bounded(1, ge=1)
     gradient_clip_val: float | None = bounded(1.0, ge=0)
     val_check_interval: Any = bounded(1.0, check=_val_check_interval)  # float (share of an epoch) or int (batches)

@@ -32,12 +32,53 @@ from toolgraph.registry import TASKS
 __all__ = ["TrainConfig", "build_trainer", "check_resume", "config_from_dict", "resolve_resume", "train"]
 
 
+def available_cores() -> int:
+    """CPU cores this process may run on (its affinity mask, e.g. a container's or Slurm's share)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 class ThreadsPerRank(Callback):
-    """Split the CPU cores between the ranks of this node so 2 ranks do not oversubscribe."""
+    """CPU training: torch threads = the cores available, split between the ranks of this node so
+    that 2 ranks do not oversubscribe (and a 2-core container does not run 64 threads)."""
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        if trainer.num_devices > 1 and not torch.cuda.is_available():
-            torch.set_num_threads(max(1, (os.cpu_count() or 1) // trainer.num_devices))
+        if not torch.cuda.is_available():
+            torch.set_num_threads(max(1, available_cores() // max(1, trainer.num_devices)))
+
+
+class ElapsedTime(Callback):
+    """Logs ``time/seconds`` (since the fit started) with every validation, so quality can be read
+    against wall-clock time (benchmarks/convergence.py)."""
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.start = time.perf_counter()
+
+    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not trainer.sanity_checking and hasattr(self, "start"):
+            pl_module.log("time/seconds", time.perf_counter() - self.start, rank_zero_only=True)
+
+
+def device_name(trainer: L.Trainer) -> str:
+    """What the run trained on, in words: GPU model and count, or CPU cores and threads."""
+    root = trainer.strategy.root_device
+    if root.type == "cuda":
+        return f"{trainer.world_size} x {torch.cuda.get_device_name(root)}"
+    return (f"cpu: {trainer.world_size} process(es) x {torch.get_num_threads()} threads, "
+            f"{available_cores()} cores available")
+
+
+def throughput(trainer: L.Trainer, cfg: TrainConfig, seconds: float) -> dict[str, Any]:
+    """``train_seconds`` (the whole fit: caches, training, validation), optimizer ``steps``,
+    ``examples_per_second`` (training queries over all ranks), and the ``device``."""
+    batch = getattr(cfg.data, "batch_size", None)
+    examples = (trainer.global_step * batch * trainer.world_size * cfg.trainer.accumulate_grad_batches
+                if batch else None)
+    return {"train_seconds": round(seconds, 1), "steps": trainer.global_step,
+            "examples_per_second": round(examples / seconds, 2) if examples and seconds > 0 else None,
+            "device": device_name(trainer), "world_size": trainer.world_size}
 
 
 def build_loggers(cfg: TrainConfig, out: Path) -> list:
@@ -59,11 +100,15 @@ def build_trainer(cfg: TrainConfig, out: Path) -> L.Trainer:
     if cfg.checkpoint.monitor not in logged:
         raise ConfigError(f"checkpoint.monitor: {cfg.checkpoint.monitor!r} is not logged by "
                           f"model.name={cfg.model.name!r} (it logs e.g. {', '.join(logged[:4])})")
+    manual = TASKS.get(cfg.model.name).manual_optimization(cfg)
+    if manual and t.accumulate_grad_batches > 1:
+        raise ConfigError("trainer.accumulate_grad_batches: must be 1 with model.grad_cache (GradCache already "
+                          "gives the gradient of the whole batch in the memory of one chunk)")
     every = cfg.checkpoint.every_n_train_steps
     ckpt = ModelCheckpoint(dirpath=str(out / "checkpoints"), monitor=cfg.checkpoint.monitor, mode=cfg.checkpoint.mode,
                            save_top_k=cfg.checkpoint.save_top_k, save_last=not every,
                            filename="best-{epoch}-{step}", auto_insert_metric_name=False)
-    callbacks: list[Callback] = [ckpt, ThreadsPerRank()]
+    callbacks: list[Callback] = [ckpt, ThreadsPerRank(), ElapsedTime()]
     if every:  # last.ckpt every N steps, so a crash loses at most N steps
         callbacks.append(ModelCheckpoint(dirpath=str(out / "checkpoints"), every_n_train_steps=every,
                                          save_top_k=0, save_last=True))
@@ -72,8 +117,9 @@ def build_trainer(cfg: TrainConfig, out: Path) -> L.Trainer:
         callbacks.append(LearningRateMonitor(logging_interval="step"))
     return L.Trainer(
         accelerator=t.accelerator, devices=t.devices, num_nodes=t.num_nodes, strategy=t.strategy,
-        precision=t.precision, max_epochs=t.max_epochs, max_steps=t.max_steps,
-        accumulate_grad_batches=t.accumulate_grad_batches, gradient_clip_val=t.gradient_clip_val,
+        precision=t.precision, max_epochs=t.max_epochs, max_steps=t.max_steps, max_time=t.max_time,
+        accumulate_grad_batches=t.accumulate_grad_batches,
+        gradient_clip_val=None if manual else t.gradient_clip_val,  # a manual task clips in its step
         val_check_interval=t.val_check_interval, check_val_every_n_epoch=t.check_val_every_n_epoch,
         limit_train_batches=t.limit_train_batches, limit_val_batches=t.limit_val_batches,
         log_every_n_steps=t.log_every_n_steps, deterministic=t.deterministic,
@@ -157,7 +203,9 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         write_text_atomic(out / "config.yaml", to_yaml(cfg))
     with sigterm_deferred():  # Lightning ends the batch, then stops; exit 143
         trainer.fit(task, datamodule=dm, ckpt_path=ckpt_path, weights_only=True)
-    summary: dict[str, Any] = {"fit_seconds": time.perf_counter() - start, "global_step": trainer.global_step}
+    fit_seconds = time.perf_counter() - start
+    summary: dict[str, Any] = {"fit_seconds": fit_seconds, "global_step": trainer.global_step,
+                               **throughput(trainer, cfg, fit_seconds)}
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
     if cfg.test:
         with sigterm_deferred():

@@ -32,9 +32,10 @@ class ContrastiveBatchSampler(Sampler[list[tuple[int, int, int]]]):
     (mid-epoch resume)."""
 
     def __init__(self, gold: Sequence[Sequence[int]], batch_size: int, seed: int = 0, rank: int = 0, world: int = 1,
-                 hard_negatives: Sequence[Sequence[int]] | None = None):
+                 hard_negatives: Sequence[Sequence[int]] | None = None, lengths: Sequence[int] | None = None):
         self.gold = [list(g) for g in gold]
         self.hard = hard_negatives
+        self.lengths = lengths  # query lengths in tokens: batches of similar lengths (little padding)
         if any(not g for g in self.gold):
             raise ValueError("every training query needs at least one gold tool")
         self.batch_size, self.seed, self.rank, self.world = batch_size, seed, rank, world
@@ -60,6 +61,9 @@ class ContrastiveBatchSampler(Sampler[list[tuple[int, int, int]]]):
         rng = random.Random(self.seed * 1_000_003 + self.epoch)
         order = list(range(len(self.gold)))
         rng.shuffle(order)
+        if self.lengths is not None:  # length buckets: sort windows of 32 batches by length (still random across)
+            w = self.batch_size * 32
+            order = [q for s in range(0, len(order), w) for q in sorted(order[s:s + w], key=lambda q: self.lengths[q])]
         prefs = {q: rng.sample(self.gold[q], len(self.gold[q])) for q in order}  # gold tools, random order
         full: list[list[tuple[int, int]]] = []
         open_batches: list[tuple[list[tuple[int, int]], set[int]]] = []
@@ -161,32 +165,52 @@ def pad_gold(golds: Sequence[Sequence[int]]) -> torch.Tensor:
     return out
 
 
+def token_ids(tokenizer, texts: Sequence[str], max_length: int) -> list[list[int]]:
+    """Token ids of every text (special tokens added, truncated to ``max_length``), no padding."""
+    return tokenizer(list(texts), truncation=True, max_length=max_length)["input_ids"] if texts else []
+
+
+def pad_ids(rows: Sequence[Sequence[int]], pad: int) -> dict[str, torch.Tensor]:
+    """Token id lists -> input_ids and attention_mask [B, longest] (dynamic padding, on the right)."""
+    width = max((len(r) for r in rows), default=1)
+    ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, :len(r)] = torch.tensor(r, dtype=torch.long)
+        mask[i, :len(r)] = 1
+    return {"input_ids": ids, "attention_mask": mask}
+
+
 class ContrastiveCollator:
     """(query, positive, hard negative) triples -> tokenized queries and documents.
 
     Documents are the B positives, then the B hard negatives when there are any."""
 
     def __init__(self, tokenizer, query_texts: list[str], tool_texts: list[str], gold: list[list[int]],
-                 max_query_length: int, max_tool_length: int):
+                 max_query_length: int, max_tool_length: int, tokenize: bool = True):
         self.tok, self.query_texts, self.tool_texts, self.gold = tokenizer, query_texts, tool_texts, gold
         self.max_q, self.max_d = max_query_length, max_tool_length
+        self.tokenize = tokenize  # False: indices only (the task reads cached activations)
+        self._ids: tuple[list[list[int]], list[list[int]]] | None = None
 
     def __call__(self, triples: list[tuple[int, int, int]]) -> dict[str, Any]:
         queries = [q for q, _, _ in triples]
         docs = [t for _, t, _ in triples]
         if triples and triples[0][2] >= 0:
             docs += [h for _, _, h in triples]
-        q = self.tok([self.query_texts[i] for i in queries], padding=True, truncation=True, max_length=self.max_q,
-                     return_tensors="pt")
-        d = self.tok([self.tool_texts[i] for i in docs], padding=True, truncation=True, max_length=self.max_d,
-                     return_tensors="pt")
-        return {
-            "query": {k: v for k, v in q.items() if k in ("input_ids", "attention_mask")},
-            "doc": {k: v for k, v in d.items() if k in ("input_ids", "attention_mask")},
+        out = {
+            "query_index": torch.tensor(queries, dtype=torch.long),  # [B] training query rows
             "doc_tools": torch.tensor(docs, dtype=torch.long),  # [M] tool index of each doc column
             "positive": torch.arange(len(triples), dtype=torch.long),  # [B] column of each positive
             "gold": pad_gold([self.gold[i] for i in queries]),  # [B, G]
         }
+        if not self.tokenize:
+            return out
+        if self._ids is None:  # every text tokenized once; later batches and epochs only pad
+            self._ids = (token_ids(self.tok, self.query_texts, self.max_q), token_ids(self.tok, self.tool_texts, self.max_d))
+        pad = self.tok.pad_token_id or 0
+        return {**out, "query": pad_ids([self._ids[0][i] for i in queries], pad),
+                "doc": pad_ids([self._ids[1][i] for i in docs], pad)}
 
 
 class QueryCollator:
@@ -282,18 +306,22 @@ class ToolTextDataModule(ResumableDataModule):
         self.train_queries = dataset.split("train")
         self.train_gold = [[self.tool_index[t] for t in q.tools] for q in self.train_queries]
         self.hard_negatives = hard_negatives
+        self.tokenize_train = True  # False: training batches carry indices only (cached activations)
 
     # ---- training batches: subclasses override these two hooks ------------------------------
     def train_size(self) -> int:
         return len(self.train_queries)
 
     def train_sampler(self, rank: int, world: int) -> Sampler:
+        lengths = None
+        if self.cfg.bucket_by_length:
+            lengths = [len(x) for x in token_ids(self.tok, [q.text for q in self.train_queries], self.cfg.max_query_length)]
         return ContrastiveBatchSampler(self.train_gold, self.cfg.batch_size, self.seed, rank, world,
-                                       self.hard_negatives)
+                                       self.hard_negatives, lengths)
 
     def train_collator(self) -> Any:
         return ContrastiveCollator(self.tok, [q.text for q in self.train_queries], self.tool_texts, self.train_gold,
-                                   self.cfg.max_query_length, self.cfg.max_tool_length)
+                                   self.cfg.max_query_length, self.cfg.max_tool_length, self.tokenize_train)
 
     def _eval_loader(self, split: str) -> DataLoader:
         rank, world = self._rank_world()

@@ -1,0 +1,280 @@
+"""Fast training ("Converge"): frozen bottom with cached activations, full-catalog contrastive loss."""
+
+import json
+
+import pytest
+import torch
+from conftest import tiny_train_overrides
+from transformers import AutoTokenizer, BertConfig, BertModel
+
+from toolgraph.config import load_config
+from toolgraph.errors import ConfigError, DataError
+from toolgraph.nn import frozen
+from toolgraph.nn.encoder import TextEncoder
+from toolgraph.nn.frozen import PackedStates, cache_key, cached_states, freeze_bottom
+from toolgraph.nn.losses import false_negative_mask, full_catalog_nce, info_nce
+from toolgraph.training import TrainConfig, train
+
+TEXTS = ["find the weather in paris", "book a flight", "convert ten dollars to euro please right now",
+         "x", "search hotels near the station with parking and breakfast included"]
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_bert_dir):
+    """A 3-layer tiny BERT without dropout (training mode computes the same as eval mode)."""
+    tok = AutoTokenizer.from_pretrained(tiny_bert_dir)
+    torch.manual_seed(0)
+    cfg = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=3, num_attention_heads=2,
+                     intermediate_size=64, max_position_embeddings=64, hidden_dropout_prob=0.0,
+                     attention_probs_dropout_prob=0.0)
+    return BertModel(cfg, add_pooling_layer=False), tok
+
+
+def _full(enc, tok, texts, max_length=16):
+    t = tok(texts, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
+    return enc(t["input_ids"], t["attention_mask"])
+
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_cached_states_give_the_same_logits_and_gradients(tiny, k):
+    model, tok = tiny
+    enc = TextEncoder(model)
+    states = PackedStates.build(model, tok, TEXTS, k, 16, batch_size=2, dtype=torch.float32)
+    tools = PackedStates.build(model, tok, TEXTS[::-1], k, 16, dtype=torch.float32)
+
+    def loss_of(q, d):
+        return info_nce(q, d, torch.arange(len(TEXTS)), 0.1)
+
+    model.zero_grad()
+    q, d = _full(enc, tok, TEXTS), _full(enc, tok, TEXTS[::-1])
+    loss_of(q, d).backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad()
+    qc = states.encode(enc, range(len(TEXTS)), k, chunk=2)
+    dc = tools.encode(enc, range(len(TEXTS)), k, chunk=3)
+    assert torch.allclose(q @ d.T / 0.1, qc @ dc.T / 0.1, atol=1e-4)  # logits
+    loss_of(qc, dc).backward()
+    cached = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+    top = {n for n in grads if n.startswith("encoder.layer.") and int(n.split(".")[2]) >= k}
+    assert set(cached) == top  # only the layers above K get gradients
+    for n in top:
+        assert torch.allclose(grads[n], cached[n], atol=1e-5), n
+
+
+def test_fp16_states_stay_close(tiny):
+    model, tok = tiny
+    enc = TextEncoder(model)
+    states = PackedStates.build(model, tok, TEXTS, 2, 16)
+    assert states.flat.dtype == torch.float16 and states.flat.shape[0] == sum(states.lengths)
+    with torch.no_grad():
+        assert torch.allclose(states.encode(enc, range(5), 2), _full(enc, tok, TEXTS), atol=1e-2)
+
+
+def test_freeze_bottom_stops_gradients_and_refuses_bad_depths(tiny):
+    model, _ = tiny
+    import copy
+
+    m = copy.deepcopy(model)
+    freeze_bottom(m, 2)
+    trainable = {n for n, p in m.named_parameters() if p.requires_grad}
+    assert trainable and all(n.startswith("encoder.layer.2.") for n in trainable)
+    for bad in (3, 7):
+        with pytest.raises(ConfigError, match="model.freeze_layers"):
+            freeze_bottom(copy.deepcopy(model), bad)
+    with pytest.raises(ConfigError, match="BERT-style"):
+        frozen.stack(torch.nn.Linear(2, 2))
+
+
+def test_cache_is_keyed_and_read_back_and_bad_files_are_named(tiny, tmp_path, monkeypatch):
+    model, tok = tiny
+    a = cached_states(model, tok, TEXTS, 1, 16, tmp_path)
+    files = list(tmp_path.glob("states-*.pt"))
+    assert len(files) == 1
+    monkeypatch.setattr(PackedStates, "build", lambda *a, **k: pytest.fail("rebuilt although cached"))
+    b = cached_states(model, tok, TEXTS, 1, 16, tmp_path)
+    assert torch.equal(a.flat, b.flat) and a.lengths == b.lengths
+    key = cache_key(model, tok, TEXTS, 1, 16)
+    assert key != cache_key(model, tok, TEXTS, 2, 16) != cache_key(model, tok, TEXTS[:4], 1, 16)
+    assert key != cache_key(model, tok, TEXTS, 1, 8)
+    files[0].write_bytes(b"not a tensor file")
+    with pytest.raises(DataError, match="activation cache") as e:
+        cached_states(model, tok, TEXTS, 1, 16, tmp_path)
+    assert files[0].name in str(e.value)
+    torch.save({"flat": a.flat, "offsets": a.offsets}, files[0])
+    with pytest.raises(DataError, match="does not fit"):
+        PackedStates.load(files[0], 4, 32)
+
+
+def test_full_catalog_single_positive_is_info_nce_over_the_catalog():
+    torch.manual_seed(0)
+    q, tools = torch.randn(4, 8), torch.randn(10, 8)
+    gold = torch.tensor([[0, 3], [5, -1], [2, 7], [9, 1]])
+    positive = torch.tensor([3, 5, 2, 1])
+    mask = false_negative_mask(gold, torch.arange(10), positive)
+    expected = info_nce(q, tools, positive, 0.1, mask)
+    assert torch.allclose(full_catalog_nce(q, tools, gold, 0.1, positive), expected, atol=1e-6)
+
+
+def _multi_positive_by_hand(logits, gold, negatives_of):
+    rows = []
+    for i, g in enumerate(gold.tolist()):
+        g = [x for x in g if x >= 0]
+        neg = [j for j in negatives_of if j not in g]
+        rows.append(sum(-(logits[i, p] - torch.logsumexp(logits[i, [p] + neg], 0)) for p in g) / len(g))
+    return torch.stack(rows).mean()
+
+
+def test_full_catalog_multi_positive_and_hidden_tools():
+    torch.manual_seed(1)
+    q, tools = torch.randn(3, 8), torch.randn(6, 8)
+    logits = q @ tools.T / 0.2
+    gold = torch.tensor([[0, 3], [1, -1], [2, 4]])
+    want = _multi_positive_by_hand(logits, gold, range(6))  # every gold a positive, the others negatives
+    assert torch.allclose(full_catalog_nce(q, tools, gold, 0.2), want, atol=1e-5)
+    # a tool the split hides from training (5) is removed from every query's negatives, nothing else changes
+    allowed = torch.tensor([True, True, True, True, True, False])
+    want = _multi_positive_by_hand(logits, gold, range(5))
+    assert torch.allclose(full_catalog_nce(q, tools, gold, 0.2, None, allowed), want, atol=1e-5)
+    tools2 = tools.clone()
+    tools2[5] = q.sum(0) * 10  # however high a hidden tool scores, the loss does not see it
+    assert torch.allclose(full_catalog_nce(q, tools2, gold, 0.2, None, allowed), want, atol=1e-5)
+
+
+FAST = ["model.loss=full_catalog", "model.multi_positive=true", "model.freeze_layers=1", "model.refresh_every=3",
+        "model.grad_tools=6"]
+
+
+def test_fast_recipe_trains_end_to_end(synthetic_dataset_dir, tiny_bert_dir, tmp_path):
+    over = tiny_train_overrides(synthetic_dataset_dir, tiny_bert_dir, tmp_path / "run", steps=40)
+    cfg = load_config(TrainConfig, [], over + FAST + [f"model.cache_dir={tmp_path / 'cache'}"])
+    summary = train(cfg)
+    assert summary["metrics"]["recall@5"] > 0.5  # chance is ~0.2 on 24 tools
+    assert len(list((tmp_path / "cache").glob("states-*.pt"))) == 2  # queries and tools
+    res = json.loads((tmp_path / "run" / "results.json").read_text())
+    t = res["training"]
+    assert t["steps"] == 40 and t["train_seconds"] > 0 and t["examples_per_second"] > 0 and t["device"]
+    # the frozen bottom did not move: the exported encoder's embeddings equal the tiny model's
+    ckpt = torch.load(summary["best_checkpoint"], map_location="cpu", weights_only=True)["state_dict"]
+    base = BertModel.from_pretrained(tiny_bert_dir).state_dict()
+    emb = "query_encoder.backbone.embeddings.word_embeddings.weight"
+    assert torch.equal(ckpt[emb], base["embeddings.word_embeddings.weight"])
+    assert torch.equal(ckpt["query_encoder.backbone.encoder.layer.0.output.dense.weight"],
+                       base["encoder.layer.0.output.dense.weight"])
+    assert not torch.equal(ckpt["query_encoder.backbone.encoder.layer.1.output.dense.weight"],
+                           base["encoder.layer.1.output.dense.weight"])
+
+
+def test_inductive_hidden_tools_are_never_training_negatives(synthetic_dataset_dir, tiny_bert_dir, tmp_path):
+    from toolgraph.registry import TASKS
+    from toolgraph.training import config_from_dict, to_dict
+
+    over = tiny_train_overrides(synthetic_dataset_dir, tiny_bert_dir, tmp_path / "run")
+    cfg = load_config(TrainConfig, [], over + FAST + ["data.setting=inductive-30", "data.split=test"])
+    task = TASKS.get("bi_encoder")(to_dict(config_from_dict(to_dict(cfg))))
+    dm = task.datamodule_for(cfg)
+    hidden = set(dm.ds.notes["unseen_tools"])
+    assert hidden
+    assert {t.id for t, ok in zip(dm.tools, task._allowed.tolist()) if not ok} == hidden
+    assert not hidden & {t for q in dm.train_queries for t in q.tools}
+
+
+@pytest.mark.parametrize("override,needle", [
+    (["model.multi_positive=true"], "model.multi_positive"),
+    (["model.loss=full_catalog", "model.freeze_layers=2"], "model.freeze_layers"),
+    (["model.loss=everything"], "model.loss"),
+    (["model.refresh_every=0"], "model.refresh_every"),
+])
+def test_fast_config_errors_name_the_key(synthetic_dataset_dir, tiny_bert_dir, tmp_path, override, needle):
+    over = tiny_train_overrides(synthetic_dataset_dir, tiny_bert_dir, tmp_path / "run")
+    with pytest.raises(ConfigError, match=needle):
+        train(load_config(TrainConfig, [], over + override))
+
+
+def test_pretokenized_collator_equals_tokenizing_every_batch(tiny_bert_dir):
+    from toolgraph.data.text import ContrastiveCollator
+
+    tok = AutoTokenizer.from_pretrained(tiny_bert_dir)
+    coll = ContrastiveCollator(tok, TEXTS, TEXTS[::-1], [[0], [1], [2], [3], [4]], 6, 9)
+    for triples in ([(0, 1, -1), (4, 2, -1)], [(2, 0, 3), (3, 4, 1), (1, 3, 0)]):
+        got = coll(triples)
+        q = tok([TEXTS[t[0]] for t in triples], padding=True, truncation=True, max_length=6, return_tensors="pt")
+        docs = [t[1] for t in triples] + ([t[2] for t in triples] if triples[0][2] >= 0 else [])
+        d = tok([TEXTS[::-1][i] for i in docs], padding=True, truncation=True, max_length=9, return_tensors="pt")
+        for k in ("input_ids", "attention_mask"):
+            assert torch.equal(got["query"][k], q[k]) and torch.equal(got["doc"][k], d[k])
+        assert got["query_index"].tolist() == [t[0] for t in triples]
+    assert "query" not in ContrastiveCollator(tok, TEXTS, TEXTS, [[0]] * 5, 6, 9, tokenize=False)([(0, 1, -1)])
+
+
+def test_length_buckets_cut_padding_and_keep_every_query():
+    import random
+
+    from toolgraph.data.text import ContrastiveBatchSampler
+
+    rng = random.Random(0)
+    gold = [[rng.randrange(300)] for _ in range(2000)]
+    lengths = [rng.randrange(5, 120) for _ in range(2000)]
+
+    def padding(sampler):
+        plan = sampler.plan()
+        return sum(max(lengths[q] for q, _, _ in b) * len(b) - sum(lengths[q] for q, _, _ in b) for b in plan), plan
+
+    plain, plan_a = padding(ContrastiveBatchSampler(gold, 32, seed=1))
+    bucketed, plan_b = padding(ContrastiveBatchSampler(gold, 32, seed=1, lengths=lengths))
+    assert bucketed < plain / 4  # padded tokens
+    for plan in (plan_a, plan_b):  # every query once, but for the last incomplete batch
+        used = [q for b in plan for q, _, _ in b]
+        assert len(used) == len(set(used)) > len(gold) - 32
+    assert all(len({t for _, t, _ in b}) == len(b) for b in plan_b[:40])  # no tool twice in a batch
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.1])
+def test_grad_cache_gradient_equals_the_full_batch_gradient(tiny_bert_dir, dropout):
+    from toolgraph.nn.gradcache import grad_cache
+
+    tok = AutoTokenizer.from_pretrained(tiny_bert_dir)
+    torch.manual_seed(0)
+    cfg = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                     intermediate_size=64, max_position_embeddings=64, hidden_dropout_prob=dropout,
+                     attention_probs_dropout_prob=dropout)
+    enc = TextEncoder(BertModel(cfg, add_pooling_layer=False)).train()
+    queries = tok(TEXTS + TEXTS[:3], padding=True, return_tensors="pt")  # 8 queries
+    docs = tok(TEXTS[::-1] * 2, padding=True, return_tensors="pt")  # 10 documents
+    gold = torch.tensor([[0], [1], [2], [3], [4], [5], [6], [7]])
+    mask = false_negative_mask(gold, torch.arange(10), torch.arange(8))
+
+    def loss_fn(q, d):
+        return info_nce(q, d, torch.arange(8), 0.1, mask)
+
+    def encode(tokens):
+        return lambda rows: enc(tokens["input_ids"][rows], tokens["attention_mask"][rows])
+
+    q_chunks = [torch.arange(0, 3), torch.arange(3, 6), torch.arange(6, 8)]
+    d_chunks = [torch.arange(0, 4), torch.arange(4, 10)]
+    torch.manual_seed(5)
+    if dropout:  # the reference draws each chunk's dropout masks in the order GradCache's first pass does
+        q = torch.cat([encode(queries)(r) for r in q_chunks])
+        d = torch.cat([encode(docs)(r) for r in d_chunks])
+    else:  # the plain full-batch gradient
+        q, d = encode(queries)(torch.arange(8)), encode(docs)(torch.arange(10))
+    full = loss_fn(q, d)
+    enc.zero_grad()
+    full.backward()
+    want = {n: p.grad.clone() for n, p in enc.named_parameters() if p.grad is not None}
+    enc.zero_grad()
+    torch.manual_seed(5)
+    loss = grad_cache(loss_fn, [(encode(queries), q_chunks), (encode(docs), d_chunks)])
+    assert torch.allclose(loss, full.detach(), atol=1e-6)
+    got = {n: p.grad for n, p in enc.named_parameters() if p.grad is not None}
+    assert set(got) == set(want)
+    for n in want:
+        assert torch.allclose(got[n], want[n], atol=1e-5), n
+
+
+def test_grad_cache_trains_end_to_end(synthetic_dataset_dir, tiny_bert_dir, tmp_path):
+    over = tiny_train_overrides(synthetic_dataset_dir, tiny_bert_dir, tmp_path / "run", steps=30)
+    summary = train(load_config(TrainConfig, [], over + ["model.grad_cache=5"]))
+    assert summary["global_step"] == 30 and summary["metrics"]["recall@5"] > 0.5
+    with pytest.raises(ConfigError, match="trainer.accumulate_grad_batches"):
+        train(load_config(TrainConfig, [], tiny_train_overrides(synthetic_dataset_dir, tiny_bert_dir, tmp_path / "r2")
+                          + ["model.grad_cache=5", "trainer.accumulate_grad_batches=2"]))

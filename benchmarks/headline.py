@@ -27,6 +27,8 @@ ROWS = [
     ("baselines", "tool2vec", "zero-shot", "Tool2Vec over MiniLM", "docs/usage-and-rerank.md"),
     ("training_core", "bi_encoder", "transductive", "bi-encoder (MiniLM, fine-tuned)", "docs/dense.md"),
     ("training_core", "instret", "transductive", "InstRet bi-encoder (MiniLM, fine-tuned)", "docs/dense.md"),
+    ("training_core", "bi_encoder_fast", "transductive", "fast bi-encoder (MiniLM, whole catalog, frozen bottom)",
+     "docs/dense.md"),
     ("usage_rerank", "mlc", "loss=bce", "MLC (MiniLM + one logit per tool)", "docs/usage-and-rerank.md"),
     ("usage_rerank", "refiner+mlc", "N=32", "ToolRefiner reranking the MLC's top 32", "docs/usage-and-rerank.md"),
 ]

@@ -27,9 +27,28 @@ PAGE = DOCS / "results.md"  # where the training block lives
 
 
 def val_curve(run: Path) -> list[dict]:
+    """Validation Recall@5 at every validation step, with the seconds since the fit started when
+    the run logged them (``time/seconds``, runs from the "Converge" issue on)."""
     rows = list(csv.DictReader((run / "logs" / "metrics.csv").open()))
-    return [{"step": int(r["step"]), "val/recall@5": round(float(r["val/recall@5"]), 4)}
-            for r in rows if r.get("val/recall@5")]
+    out = []
+    for r in rows:
+        if r.get("val/recall@5"):
+            point = {"step": int(r["step"]), "val/recall@5": round(float(r["val/recall@5"]), 4)}
+            if r.get("time/seconds"):
+                point["seconds"] = round(float(r["time/seconds"]), 1)
+            out.append(point)
+    return out
+
+
+def throughput(training: dict, cfg: dict) -> dict:
+    """train_seconds, steps, examples_per_second and device of a run's results.json ``training``
+    section (runs written before these were recorded: from fit_seconds and global_step)."""
+    if "train_seconds" in training:
+        return {k: training[k] for k in ("train_seconds", "steps", "examples_per_second", "device")}
+    seconds, steps = training["fit_seconds"], training["global_step"]
+    return {"train_seconds": round(seconds, 1), "steps": steps,
+            "examples_per_second": round(steps * cfg["data"]["batch_size"] / seconds, 2),
+            "device": f"cpu: {os.cpu_count()} cores (recorded by training_results.py)"}
 
 
 def test_curve(run: Path) -> list[dict]:
@@ -69,6 +88,7 @@ def main() -> None:
     ap.add_argument("run", type=Path, nargs="?")
     ap.add_argument("--method")
     ap.add_argument("--command")
+    ap.add_argument("--setting", default="transductive")
     ap.add_argument("--test-curve", action="store_true")
     ap.add_argument("--eval-dir", type=Path, help="take the test metrics from this evaluate.py --checkpoint output")
     ap.add_argument("--page", type=Path, default=PAGE, help="page with the training block")
@@ -85,12 +105,13 @@ def main() -> None:
         res["metrics"], res["agent_metrics"] = evaluated["metrics"], evaluated.get("agent_metrics", {})
     cfg = res["config"]
     row = {"method": args.method, "dataset": cfg["data"]["name"], "split": cfg["data"]["test_split"],
-           "setting": "transductive", "encoder": cfg["model"]["encoder"].split("/")[-1],
+           "setting": args.setting, "encoder": cfg["model"]["encoder"].split("/")[-1],
            "queries": res["dataset"]["queries"]["test"],
            "metrics": {k: round(v, 4) for k, v in res["metrics"].items()},
            "agent_metrics": {k: round(v, 4) for k, v in res.get("agent_metrics", {}).items()},
            "training_steps": res["training"]["global_step"], "val_curve": val_curve(args.run),
-           "command": args.command, "seconds": round(res["training"]["seconds"])}
+           "command": args.command, "seconds": round(res["training"]["seconds"]),
+           **throughput(res["training"], cfg)}
     if args.test_curve:
         row["test_curve"] = test_curve(args.run)
     upsert("training_core", [row])

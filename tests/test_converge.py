@@ -153,6 +153,11 @@ def test_fast_recipe_trains_end_to_end(synthetic_dataset_dir, tiny_bert_dir, tmp
     res = json.loads((tmp_path / "run" / "results.json").read_text())
     t = res["training"]
     assert t["steps"] == 40 and t["train_seconds"] > 0 and t["examples_per_second"] > 0 and t["device"]
+    import csv
+
+    rows = [r for r in csv.DictReader((tmp_path / "run" / "logs" / "metrics.csv").open()) if r.get("val/recall@5")]
+    seconds = [float(r["time/seconds"]) for r in rows]  # wall-clock time beside every validation
+    assert len(seconds) >= 5 and seconds == sorted(seconds) and 0 < seconds[-1] <= t["train_seconds"]
     # the frozen bottom did not move: the exported encoder's embeddings equal the tiny model's
     ckpt = torch.load(summary["best_checkpoint"], map_location="cpu", weights_only=True)["state_dict"]
     base = BertModel.from_pretrained(tiny_bert_dir).state_dict()

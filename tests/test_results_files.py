@@ -39,6 +39,7 @@ GENERATED = {
                   {"inductive-main", "inductive-ablation", "inductive-kl", "inductive-timing"}),
     "agents": ({}, "docs/agents-and-serving.md", {"agents-main", "agents-variants", "agents-mcp-layout", "agents-serving"}),
     "soak": ({}, "docs/agents-and-serving.md", {"serve-soak"}),
+    "convergence": ({}, "docs/dense.md", {"fast"}),
 }
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 MARKER = re.compile(r"<!-- ([\w-]+):start -->")

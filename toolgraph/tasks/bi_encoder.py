@@ -117,9 +117,10 @@ class BiEncoderTask(RetrievalTask):
         self._allowed = torch.tensor([t.id not in hidden for t in dm.tools], dtype=torch.bool)
         return dm
 
-    def on_fit_start(self) -> None:
+    def on_train_start(self) -> None:
         """Frozen bottom: the hidden states of every training query and tool, computed once (or read
-        from ``cache_dir``) on this device, kept in fp16 on the CPU."""
+        from ``cache_dir``) on this device, kept in fp16 on the CPU. Built here, inside the training
+        time that ``trainer.max_time`` counts, so a budget pays for its cache."""
         m, d = self.model_cfg, self.cfg.data
         self._bank = None
         if m.grad_cache and self.trainer is not None and self.trainer.world_size > 1:

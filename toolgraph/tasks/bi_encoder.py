@@ -219,13 +219,6 @@ class BiEncoderTask(RetrievalTask):
     def manual_optimization(cls, cfg: Any) -> bool:
         return bool(cfg.model.grad_cache)
 
-    def _queries(self, batch: dict[str, Any]) -> torch.Tensor:
-        """Training query vectors [B, H]: from cached states (frozen bottom) or from tokens."""
-        k = self.model_cfg.freeze_layers
-        if k:
-            return self._query_states.encode(self.query_encoder, batch["query_index"], k, self.device)
-        return self.query_encoder(**batch["query"])
-
     def _tools(self, index: torch.Tensor) -> torch.Tensor:
         """Vectors [M, H] of the tools ``index`` (catalog rows), with gradient unless under no_grad."""
         k = self.model_cfg.freeze_layers

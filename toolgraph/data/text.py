@@ -228,16 +228,20 @@ class QueryCollator:
 class LabelCollator:
     """(query index, draw seed) items -> tokenized queries, padded gold tool indices and the seeds."""
 
-    def __init__(self, tokenizer, query_texts: list[str], gold: list[list[int]], max_query_length: int):
+    def __init__(self, tokenizer, query_texts: list[str], gold: list[list[int]], max_query_length: int,
+                 tokenize: bool = True):
         self.tok, self.query_texts, self.gold, self.max_q = tokenizer, query_texts, gold, max_query_length
+        self.tokenize = tokenize  # False: indices only (the task reads cached activations)
 
     def __call__(self, items: list[tuple[int, int]]) -> dict[str, Any]:
         idx = [q for q, _ in items]
-        q = self.tok([self.query_texts[i] for i in idx], padding=True, truncation=True, max_length=self.max_q,
-                     return_tensors="pt")
-        return {"query": {k: v for k, v in q.items() if k in ("input_ids", "attention_mask")},
-                "gold": pad_gold([self.gold[i] for i in idx]), "index": torch.tensor(idx, dtype=torch.long),
-                "seeds": [s for _, s in items]}
+        out = {"gold": pad_gold([self.gold[i] for i in idx]), "index": torch.tensor(idx, dtype=torch.long),
+               "seeds": [s for _, s in items]}
+        if self.tokenize:
+            q = self.tok([self.query_texts[i] for i in idx], padding=True, truncation=True, max_length=self.max_q,
+                         return_tensors="pt")
+            out["query"] = {k: v for k, v in q.items() if k in ("input_ids", "attention_mask")}
+        return out
 
 
 class ResumableDataModule(L.LightningDataModule):
@@ -346,4 +350,5 @@ class LabelDataModule(ToolTextDataModule):
         return ShuffledBatchSampler(len(self.train_queries), self.cfg.batch_size, self.seed, rank, world)
 
     def train_collator(self) -> Any:
-        return LabelCollator(self.tok, [q.text for q in self.train_queries], self.train_gold, self.cfg.max_query_length)
+        return LabelCollator(self.tok, [q.text for q in self.train_queries], self.train_gold, self.cfg.max_query_length,
+                             self.tokenize_train)

@@ -5,11 +5,17 @@ over all tools against the multi-hot target spread evenly over the gold tools (t
 public code, through DeBERTa's default head). The head learns with its own ``head_lr``: it starts
 from zero knowledge while the encoder is pretrained. The exported retriever ranks by logit; tools
 outside the training catalog cannot be scored (see ``retrieval/classifier.py``).
+
+Fast training (docs/dense.md, "Fast training"): ``freeze_layers: K`` freezes the embeddings and the
+first K layers and caches their outputs for every training query (``nn.frozen``, as the bi-encoder);
+``model.encoder`` may be a fine-tuned encoder folder (a bi-encoder run's ``retriever/encoder``): a
+warm start, so the head is learnt over vectors that already separate tools.
 """
 
 from __future__ import annotations
 
 import copy
+import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -19,6 +25,7 @@ from toolgraph.config import TaskConfig, TextDataConfig, bounded
 from toolgraph.data.schema import Tool, ToolDataset
 from toolgraph.data.text import LabelDataModule
 from toolgraph.nn.encoder import TextEncoder, backbone_artifacts, load_or_restore
+from toolgraph.nn.frozen import PackedStates, cached_states, check_depth, freeze_bottom
 from toolgraph.nn.heads import ToolClassifier, multi_hot
 from toolgraph.nn.losses import multilabel_loss
 from toolgraph.registry import TASKS
@@ -34,6 +41,8 @@ class ClassifierConfig(TaskConfig):
     loss: Literal["bce", "softmax"] = "bce"  # see module docstring
     head_lr: float | None = bounded(1.0e-3, gt=0)  # null: optim.lr
     dropout: float = bounded(0.1, ge=0, lt=1)
+    freeze_layers: int = bounded(0, ge=0)  # embeddings + the first K layers frozen, their outputs cached
+    cache_dir: str | None = ".cache/toolgraph"  # cached activations (freeze_layers > 0); None = in memory only
 
 
 @TASKS.register("mlc")
@@ -46,6 +55,11 @@ class ClassifierTask(RetrievalTask):
         self.encoder = TextEncoder(backbone, m.pooling, normalize=False)
         self.catalog: list[Tool] = []
         self.model: ToolClassifier | None = None
+        if m.freeze_layers:
+            check_depth(self.encoder.backbone, m.freeze_layers)
+            freeze_bottom(self.encoder.backbone, m.freeze_layers)
+        self._query_texts: list[str] = []  # training queries (frozen bottom: their cached states)
+        self._query_states: PackedStates | None = None
         if artifacts:
             self._set_catalog([Tool(**t) for t in artifacts["tools"]])
 
@@ -56,6 +70,8 @@ class ClassifierTask(RetrievalTask):
 
     def make_datamodule(self, ds: ToolDataset, data_cfg: TextDataConfig, seed: int) -> LabelDataModule:
         dm = LabelDataModule(ds, data_cfg, self.tokenizer, seed=seed)
+        dm.tokenize_train = not self.model_cfg.freeze_layers  # cached states replace tokens
+        self._query_texts = [q.text for q in dm.train_queries]
         self._set_catalog(dm.tools)
         if self.model_cfg.loss == "bce":  # start every sigmoid at the average label rate, not 0.5:
             # with hundreds of tools, early BCE gradients otherwise go into pushing all logits down
@@ -63,11 +79,31 @@ class ClassifierTask(RetrievalTask):
             torch.nn.init.constant_(self.model.head.bias, float(torch.logit(torch.tensor(rate))))
         return dm
 
+    def on_train_start(self) -> None:
+        """Frozen bottom: the hidden states of every training query, computed once (or read from
+        ``cache_dir``), inside the time that ``trainer.max_time`` counts."""
+        m = self.model_cfg
+        if not m.freeze_layers or not self._query_texts:
+            return
+        from lightning.pytorch.utilities.rank_zero import rank_zero_info
+
+        start = time.perf_counter()
+        d = self.cfg.data
+        self._query_states = cached_states(self.encoder.backbone, self.tokenizer, self._query_texts, m.freeze_layers,
+                                           d.max_query_length, m.cache_dir, d.eval_batch_size, self.device)
+        rank_zero_info(f"frozen bottom (embeddings + {m.freeze_layers} layers): states of {len(self._query_states)} "
+                       f"queries, {self._query_states.nbytes / 2**20:.0f} MiB fp16, {time.perf_counter() - start:.1f} s")
+
     def encoder_parameters(self) -> list[torch.nn.Parameter]:
         return list(self.encoder.parameters())
 
     def compute_loss(self, batch: dict[str, Any]) -> torch.Tensor:
-        logits = self.model(**batch["query"])  # [B, T]
+        k = self.model_cfg.freeze_layers
+        if k:  # the top layers over cached states, then the same dropout and head as ToolClassifier.forward
+            pooled = self._query_states.encode(self.encoder, batch["index"], k, self.device)  # [B, H]
+            logits = self.model.head(self.model.dropout(pooled))
+        else:
+            logits = self.model(**batch["query"])  # [B, T]
         return multilabel_loss(logits, multi_hot(batch["gold"], logits.shape[1]), self.model_cfg.loss)
 
     def score(self, batch: dict[str, Any]) -> torch.Tensor:

@@ -4,6 +4,8 @@
     python benchmarks/usage_rerank.py add RUN_DIR --method refiner+mlc --setting standard --command "python train.py ..."
     # median latency per query of each stage (batch 1 and 64), refiner vs cross-encoder over 64 candidates
     python benchmarks/usage_rerank.py latency
+    # a trained reranker run: first_stage_weight chosen on val (grid), then test with it -> one row
+    python benchmarks/usage_rerank.py tune-weight RUN_DIR --method refiner+mlc --setting fast --command "..."
     # the tables again, from the results file
     python benchmarks/usage_rerank.py render [--page docs/usage-and-rerank.md]
 
@@ -185,6 +187,62 @@ def latency(args: argparse.Namespace) -> None:
     render(page=args.page)
 
 
+def fused_rankings(first, reranked, depth: int, w: float) -> list[list[str]]:
+    """Each query's first-stage top ``depth`` reordered by reranker + w * first-stage score (ties: the
+    first stage's order), the rest of its ranking below, as ``PipelineRetriever`` does."""
+    out = []
+    for row, ids in enumerate(first.ids):
+        n = min(depth, len(ids))
+        s = [float(reranked[row, i]) + w * float(first.scores[row, i]) for i in range(n)]
+        out.append([ids[i] for i in sorted(range(n), key=lambda i: (-s[i], i))] + ids[n:])
+    return out
+
+
+def tune_weight(args: argparse.Namespace) -> None:
+    """The pipeline a reranker run exported, with ``first_stage_weight`` chosen on the run's val split
+    (best val R@5, then R@3, then the smaller weight), then tested once with that weight."""
+    import toolgraph
+    from toolgraph.config import EvalConfig, load_config
+    from toolgraph.data import prepare_dataset
+    from toolgraph.evaluation import evaluate
+    from toolgraph.metrics import compute
+    from toolgraph.training import TrainConfig
+
+    cfg = load_config(TrainConfig, [args.run / "config.yaml"])
+    ds = prepare_dataset(cfg.data)
+    r = toolgraph.load(args.run)
+    depth = r.config.depth
+    val = ds.split(cfg.data.val_split)
+    texts = [q.text for q in val]
+    t0 = time.perf_counter()
+    first = r.first_stage.retrieve(texts, 100)
+    reranked = r.reranker.rerank(texts, [ids[:depth] for ids in first.ids])
+    grid = []
+    for w in args.weights:
+        m = compute(fused_rankings(first, reranked, depth, w), [q.tools for q in val], [3, 5, 7])
+        grid.append({"weight": w, **{k: round(float(m[k]), 4) for k in ("recall@3", "recall@5", "recall@7")}})
+        print(f"val w={w:g}: R@3 {grid[-1]['recall@3']:.4f} R@5 {grid[-1]['recall@5']:.4f} R@7 {grid[-1]['recall@7']:.4f}",
+              flush=True)
+    best = max(grid, key=lambda g: (g["recall@5"], g["recall@3"], -g["weight"]))
+    tune_seconds = time.perf_counter() - t0
+    r.config.first_stage_weight = best["weight"]
+    report = evaluate(r, ds, "test", EvalConfig(ks=[1, 3, 5, 7, 10]))
+    res = json.loads((args.run / "results.json").read_text())
+    tr = res.get("training", {})
+    row = {"method": args.method, "dataset": cfg.data.name, "split": "test", "setting": args.setting,
+           "encoder": Path(str(cfg.model.encoder)).name, "queries": len(ds.split("test")),
+           "metrics": {k: round(v, 4) for k, v in report.metrics.items()},
+           "command": f"{args.command}; python benchmarks/usage_rerank.py tune-weight {args.run}",
+           "first_stage_weight": best["weight"], "val_grid": grid, "tune_seconds": round(tune_seconds, 1),
+           "training_steps": tr.get("global_step"), "seconds": round(tr.get("train_seconds", tr.get("seconds", 0))),
+           "device": tr.get("device"), "machine": machine()}
+    upsert(NAME, [row])
+    render(page=args.page)
+    m = row["metrics"]
+    print(f"{args.method} {args.setting}: w={best['weight']:g} (val R@5 {best['recall@5']:.4f}); test R@3 "
+          f"{m['recall@3']:.4f} R@5 {m['recall@5']:.4f} R@7 {m['recall@7']:.4f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -204,6 +262,13 @@ def main() -> None:
     lat.add_argument("--repeats-b64", type=int, default=3)
     lat.add_argument("--ratio-only", action="store_true", help="only the refiner vs cross-encoder ratio")
     lat.set_defaults(fn=latency)
+    tw = sub.add_parser("tune-weight")
+    tw.add_argument("run", type=Path)
+    tw.add_argument("--method", default="refiner+mlc")
+    tw.add_argument("--setting", required=True)
+    tw.add_argument("--command", required=True, help="the train.py command(s) that made the run")
+    tw.add_argument("--weights", type=float, nargs="+", default=[0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0, 2.0])
+    tw.set_defaults(fn=tune_weight)
     ren = sub.add_parser("render")
     ren.set_defaults(fn=lambda a: render(page=a.page))
     for sp in sub.choices.values():

@@ -283,3 +283,98 @@ def test_grad_cache_trains_end_to_end(synthetic_dataset_dir, tiny_bert_dir, tmp_
     with pytest.raises(ConfigError, match="trainer.accumulate_grad_batches"):
         train(load_config(TrainConfig, [], tiny_train_overrides(synthetic_dataset_dir, tiny_bert_dir, tmp_path / "r2")
                           + ["model.grad_cache=5", "trainer.accumulate_grad_batches=2"]))
+
+
+def test_mlc_with_a_frozen_bottom_scores_as_without_and_trains(synthetic_dataset_dir, tiny_bert_dir, tmp_path):
+    """MLC over cached states: the training logits equal the uncached network's (eval mode, fp32
+    cache), batches carry indices only, and a run learns with the bottom left unchanged."""
+    from toolgraph.registry import TASKS
+    from toolgraph.training import config_from_dict, to_dict
+
+    over = [o for o in tiny_train_overrides(synthetic_dataset_dir, tiny_bert_dir, tmp_path / "run", steps=40)
+            if not o.startswith("model.temperature")]  # a bi-encoder key
+    mlc = ["model.name=mlc", "model.freeze_layers=1", f"model.cache_dir={tmp_path / 'cache'}", "model.head_lr=5e-2",
+           "model.dropout=0.0"]
+    cfg = load_config(TrainConfig, [], over + mlc)
+    task = TASKS.get("mlc")(to_dict(config_from_dict(to_dict(cfg))))
+    dm = task.datamodule_for(cfg)
+    batch = dm.train_collator()([(i, 0) for i in range(6)])
+    assert "query" not in batch and batch["index"].tolist() == list(range(6))
+    task.eval()
+    states = PackedStates.build(task.encoder.backbone, task.tokenizer, task._query_texts, 1, 24, dtype=torch.float32)
+    task._query_states = states
+    tok = task.tokenizer([task._query_texts[i] for i in range(6)], padding=True, truncation=True, max_length=24,
+                         return_tensors="pt")
+    with torch.no_grad():
+        direct = task.model(tok["input_ids"], tok["attention_mask"])
+        cached = task.model.head(states.encode(task.encoder, range(6), 1))
+    assert torch.allclose(direct, cached, atol=1e-4)
+
+    summary = train(cfg)
+    assert summary["metrics"]["recall@5"] > 0.5  # chance is ~0.2 on 24 tools
+    assert len(list((tmp_path / "cache").glob("states-*.pt"))) == 1  # the queries
+    ckpt = torch.load(summary["best_checkpoint"], map_location="cpu", weights_only=True)["state_dict"]
+    base = BertModel.from_pretrained(tiny_bert_dir).state_dict()
+    assert torch.equal(ckpt["encoder.backbone.encoder.layer.0.output.dense.weight"],
+                       base["encoder.layer.0.output.dense.weight"])
+
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_refiner_slots_above_a_cached_bottom_score_as_the_whole_network(tiny, k):
+    """ToolRefiner with slots joining at layer K: the logits from cached bottom states equal the whole
+    network's, the gradients of the layers above equal, and the query's padding changes nothing."""
+    from toolgraph.nn.rerankers import ToolRefiner
+
+    model, tok = tiny
+    torch.manual_seed(1)
+    net = ToolRefiner(model, 8, dropout=0.0, slot_layer=k)
+    freeze_bottom(model, k)
+    vecs, mask = torch.randn(len(TEXTS), 4, 8), torch.ones(len(TEXTS), 4, dtype=torch.bool)
+    mask[3, 2:] = False
+    t = tok(TEXTS, padding=True, truncation=True, max_length=16, return_tensors="pt")
+    direct = net(t["input_ids"], t["attention_mask"], vecs, mask)
+    states = PackedStates.build(model, tok, TEXTS, k, 16, dtype=torch.float32)
+    hidden, qmask = states.batch(range(len(TEXTS)))
+    cached = net.forward_states(hidden, qmask, vecs, mask)
+    assert torch.allclose(direct, cached, atol=1e-4)
+    grads = []
+    for out in (direct, cached):
+        net.zero_grad()
+        (out * torch.arange(4.0)).masked_fill(~mask, 0).sum().backward(retain_graph=True)
+        grads.append({n: p.grad.clone() for n, p in net.named_parameters() if p.requires_grad})
+    assert grads[0].keys() == grads[1].keys() and "backbone.encoder.layer.0.output.dense.weight" not in grads[0]
+    for name in grads[0]:
+        assert torch.allclose(grads[0][name], grads[1][name], atol=1e-4), name
+    alone = tok(TEXTS[3:4], return_tensors="pt")
+    with torch.no_grad():
+        assert torch.allclose(net(alone["input_ids"], alone["attention_mask"], vecs[3:4], mask[3:4])[0, :2],
+                              direct[3, :2], atol=1e-5)
+
+
+def test_refiner_with_a_frozen_bottom_trains_exports_and_reloads(synthetic_dataset_dir, tiny_bert_dir, tmp_path):
+    """freeze_layers on the refiner task: training batches carry indices only, the query states are
+    cached once, the bottom stays unchanged, and the exported pipeline ranks as Lightning's test and as
+    the checkpoint do."""
+    import toolgraph
+
+    over = [o for o in tiny_train_overrides(synthetic_dataset_dir, tiny_bert_dir, tmp_path / "run", steps=40)
+            if not o.startswith("model.")]
+    over += ["model.name=refiner", f"model.encoder={tiny_bert_dir}", "model.first_stage=bm25", "model.cache_dir=null",
+             "model.head_lr=1e-2", "model.vectors=description", f"model.vector_encoder={tiny_bert_dir}",
+             "model.candidates=8", "model.eval_candidates=6", "model.freeze_layers=1",
+             f"model.states_dir={tmp_path / 'cache'}", "model.first_stage_weight=0.3"]
+    summary = train(load_config(TrainConfig, [], over))
+    assert len(list((tmp_path / "cache").glob("states-*.pt"))) == 1
+    for key in ("recall@1", "recall@3", "ndcg@5"):
+        assert summary["test"][f"test/{key}"] == pytest.approx(summary["metrics"][key], abs=1e-5)
+    assert summary["metrics"]["recall@3"] > 0.5
+    ckpt = torch.load(summary["best_checkpoint"], map_location="cpu", weights_only=True)["state_dict"]
+    base = BertModel.from_pretrained(tiny_bert_dir).state_dict()
+    assert torch.equal(ckpt["backbone.encoder.layer.0.output.dense.weight"], base["encoder.layer.0.output.dense.weight"])
+    assert not torch.equal(ckpt["backbone.encoder.layer.1.output.dense.weight"],
+                           base["encoder.layer.1.output.dense.weight"])
+    exported = toolgraph.load(tmp_path / "run")
+    assert exported.reranker.config.slot_layer == 1 and exported.config.first_stage_weight == 0.3
+    q = ["please tell me the weather and the pizza", "please tell me the taxi"]
+    a, b = toolgraph.load(summary["best_checkpoint"]).retrieve(q, 5), exported.retrieve(q, 5)
+    assert a.ids == b.ids and torch.allclose(a.scores, b.scores, atol=1e-4)

@@ -77,6 +77,29 @@ def test_refiner_checkpoint_and_folder_give_the_same_ranking(refiner_run):
     assert a.ids == b.ids and torch.allclose(a.scores, b.scores, atol=1e-4)
 
 
+def test_pipeline_first_stage_weight_blends_the_two_scores(refiner_run):
+    """Candidate score = reranker + w * first stage: w = 0 is the reranker's order, a huge w the first
+    stage's, and the scores in between are exactly the weighted sum."""
+    out, _ = refiner_run
+    r = toolgraph.load(out)
+    q = ["please tell me the weather and the pizza", "please tell me the taxi", "pizza"]
+    first = r.first_stage.retrieve(q, 6)
+    assert r.config.first_stage_weight == 0.0
+    alone = r.retrieve(q, 6)
+    reranked = r.reranker.rerank(q, first.ids)
+    assert [sorted(c, key=lambda t: -float(reranked[i, c.index(t)])) for i, c in enumerate(first.ids)] == alone.ids
+    r.config.first_stage_weight = 1e4  # the first stage's order; the reranker only breaks its ties (BM25 has many)
+    for row, ids in enumerate(r.retrieve(q, 6).ids):
+        score = dict(zip(first.ids[row], first.scores[row].tolist(), strict=True))
+        assert sorted(ids) == sorted(first.ids[row]) and all(score[a] >= score[b] for a, b in zip(ids, ids[1:]))
+    r.config.first_stage_weight = 0.5
+    got = r.retrieve(q, 6)
+    for row in range(len(q)):
+        want = {t: float(reranked[row, i] + 0.5 * first.scores[row, i]) for i, t in enumerate(first.ids[row])}
+        assert sorted(want, key=lambda t: -want[t]) == got.ids[row]
+        assert [want[t] for t in got.ids[row]] == pytest.approx(got.scores[row].tolist(), abs=1e-4)
+
+
 def test_refiner_runs_on_deberta_v2(synthetic_dataset_dir, tmp_path_factory, tiny_bert_dir):
     deberta = _deberta_dir(tmp_path_factory)
     out = tmp_path_factory.mktemp("refiner-deberta")

@@ -40,8 +40,8 @@ class RerankCollator(LabelCollator):
     """Adds ``texts``, ``cands`` [B, N] (tool indices, -1 padded) and ``target`` [B, N] multi-hot."""
 
     def __init__(self, tokenizer, query_texts: list[str], gold: list[list[int]], max_query_length: int,
-                 ranked: list[list[int]], n: int, inject: bool, shuffle: bool):
-        super().__init__(tokenizer, query_texts, gold, max_query_length)
+                 ranked: list[list[int]], n: int, inject: bool, shuffle: bool, tokenize: bool = True):
+        super().__init__(tokenizer, query_texts, gold, max_query_length, tokenize)
         self.ranked, self.n, self.inject, self.shuffle = ranked, n, inject, shuffle
 
     def __call__(self, items: list[tuple[int, int]]) -> dict[str, Any]:
@@ -61,10 +61,12 @@ class RerankCollator(LabelCollator):
 
 class RerankDataModule(LabelDataModule):
     """``train_ranked[i]``: the first stage's top tool indices for training query i;
-    ``eval_ranked[text]``: the same for every val/test query (set by the task)."""
+    ``eval_ranked[text]``: the same for every val/test query, ``eval_scores[text]`` their first-stage
+    scores (set by the task)."""
 
     train_ranked: list[list[int]]
     eval_ranked: dict[str, list[int]]
+    eval_scores: dict[str, torch.Tensor]  # the first stage's scores of eval_ranked
     candidates: int = 32
     inject_gold: bool = True
     shuffle: bool = True
@@ -72,4 +74,4 @@ class RerankDataModule(LabelDataModule):
     def train_collator(self) -> Any:
         return RerankCollator(self.tok, [q.text for q in self.train_queries], self.train_gold,
                               self.cfg.max_query_length, self.train_ranked, self.candidates, self.inject_gold,
-                              self.shuffle)
+                              self.shuffle, self.tokenize_train)

@@ -4,6 +4,9 @@
 vectors, each projected to the encoder's embedding size and appended as extra input embeddings;
 the encoder's output at each candidate position gives that candidate's logit. One forward pass
 scores all N candidates, so its cost grows with the query length + N, not with N full texts.
+``slot_layer: K`` (> 0) lets the candidate slots join above the embeddings and the first K layers,
+which then read the query alone: with those layers frozen, their outputs are the same every epoch
+and can be cached (``nn.frozen``), so training runs only the layers where query and tools meet.
 
 ``PairScorer``: a cross-encoder; each (query, tool text) pair is one sequence, logit from [CLS].
 """
@@ -13,13 +16,22 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from toolgraph.nn.frozen import check_depth, run_layers, stack
+
 
 class ToolRefiner(nn.Module):
-    def __init__(self, backbone: nn.Module, vector_dim: int, dropout: float = 0.1):
+    def __init__(self, backbone: nn.Module, vector_dim: int, dropout: float = 0.1, slot_layer: int = 0):
         super().__init__()
         self.backbone = backbone
-        embed_dim = backbone.get_input_embeddings().embedding_dim  # DeBERTa may embed below hidden size
+        self.slot_layer = slot_layer
+        if slot_layer:
+            check_depth(backbone, slot_layer)
+        # slots at the input: the embedding size (DeBERTa may embed below hidden size); higher up: hidden size,
+        # layer-normalised like every hidden state there (a projected vector has no natural scale)
+        embed_dim = backbone.config.hidden_size if slot_layer else backbone.get_input_embeddings().embedding_dim
         self.project = nn.Linear(vector_dim, embed_dim)
+        self.slot_norm = nn.LayerNorm(embed_dim, eps=getattr(backbone.config, "layer_norm_eps", 1e-12)) \
+            if slot_layer else None
         self.dropout = nn.Dropout(dropout)
         self.score = nn.Linear(backbone.config.hidden_size, 1)
         self.use_token_types = getattr(backbone.config, "type_vocab_size", 0) >= 2
@@ -28,6 +40,10 @@ class ToolRefiner(nn.Module):
                 vector_mask: torch.Tensor) -> torch.Tensor:
         """input_ids/attention_mask [B, L]; vectors [B, N, D]; vector_mask [B, N] (False = padding)
         -> logits [B, N]."""
+        if self.slot_layer:  # the query alone through the bottom, then the slots join
+            states = run_layers(self.backbone, stack(self.backbone)[0](input_ids=input_ids), attention_mask, 0,
+                                self.slot_layer)
+            return self.forward_states(states, attention_mask, vectors, vector_mask)
         b, length = input_ids.shape
         n = vectors.shape[1]
         words = self.backbone.get_input_embeddings()(input_ids)  # [B, L, E] (right-padded)
@@ -46,6 +62,18 @@ class ToolRefiner(nn.Module):
         hidden = self.backbone(inputs_embeds=embeds, attention_mask=mask, **extra).last_hidden_state  # [B, L+N, H]
         at_slots = hidden.gather(1, slots.unsqueeze(2).expand(-1, -1, hidden.shape[2]))  # [B, N, H]
         return self.score(self.dropout(at_slots)).squeeze(-1)  # [B, N]
+
+    def forward_states(self, states: torch.Tensor, attention_mask: torch.Tensor, vectors: torch.Tensor,
+                       vector_mask: torch.Tensor) -> torch.Tensor:
+        """``slot_layer`` > 0: the query's hidden states after layer ``slot_layer`` [B, L, H] (computed
+        here or read from a cache) -> logits [B, N]. Above the embeddings there are no positions, so the
+        N slots simply follow the (padded) query and the attention mask hides the padding."""
+        n = vectors.shape[1]
+        slots = self.slot_norm(self.project(vectors.to(states.dtype)))  # [B, N, H]
+        hidden = torch.cat([states, slots], dim=1)  # [B, L+N, H]
+        mask = torch.cat([attention_mask, vector_mask.to(attention_mask.dtype)], dim=1)  # [B, L+N]
+        hidden = run_layers(self.backbone, hidden, mask, self.slot_layer)
+        return self.score(self.dropout(hidden[:, -n:])).squeeze(-1)  # [B, N]
 
 
 class PairScorer(nn.Module):

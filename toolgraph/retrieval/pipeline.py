@@ -5,6 +5,7 @@
       first_stage: runs/mlc_toollens              # a saved retriever / run folder / .ckpt ...
       reranker: runs/refiner_toollens/retriever   # ... or an inline config: {name: bm25}
       depth: 32                                   # candidates handed to the reranker
+      first_stage_weight: 0.0                     # > 0: reranker score + w * first-stage score
 
 A pipeline saves as one folder (``first_stage/``, ``reranker/``) and loads with ``toolgraph.load``.
 """
@@ -80,6 +81,7 @@ class PipelineConfig(RetrieverConfig):
     first_stage: Any = None  # path or config dict
     reranker: Any = None  # path or config dict (a saved pipeline's reranker is taken)
     depth: int = bounded(32, ge=1)  # first-stage candidates per query handed to the reranker
+    first_stage_weight: float = bounded(0.0, ge=0)  # candidate score = reranker + w * first stage (0: reranker alone)
 
 
 @RETRIEVERS.register("pipeline")
@@ -126,11 +128,12 @@ class PipelineRetriever(Retriever):
         ranking = first.retrieve(queries, max(k, depth), batch_size=len(queries))
         cands = [ids[:depth] for ids in ranking.ids]
         scores = rerank.rerank(queries, cands)  # [Q, depth]
+        w = self.config.first_stage_weight
         pos = {t.id: i for i, t in enumerate(self.tools)}
         out_idx, out_val = [], []
         for row, ids in enumerate(ranking.ids):
             n = len(cands[row])
-            s = scores[row, :n]
+            s = scores[row, :n] + w * ranking.scores[row, :n].to(scores.dtype) if w else scores[row, :n]
             order = sorted(range(n), key=lambda i: (-float(s[i]), i))  # ties: first-stage order
             top = [cands[row][i] for i in order] + ids[depth:]
             vals = [float(s[i]) for i in order] + [BELOW - j for j in range(len(ids) - n)]

@@ -94,6 +94,7 @@ class _NetworkReranker(Reranker):
 class RefinerRerankerConfig(RerankerConfig):
     name: str = "refiner"
     vectors: str = "vectors"  # the saved retriever that gives tool vectors
+    slot_layer: int = bounded(0, ge=0)  # the layer the candidate slots join at (ToolRefiner.slot_layer)
 
 
 @RETRIEVERS.register("refiner")
@@ -108,7 +109,7 @@ class RefinerReranker(_NetworkReranker):
         self._row: dict[str, int] = {}
 
     def _make_network(self, backbone, head):
-        return ToolRefiner(backbone, head["project.weight"].shape[1])
+        return ToolRefiner(backbone, head["project.weight"].shape[1], slot_layer=self.config.slot_layer)
 
     def fit(self, dataset: ToolDataset) -> None:
         if self.vectors is not None and not getattr(self.vectors, "usage", None):

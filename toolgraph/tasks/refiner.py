@@ -5,20 +5,30 @@ or description vectors), projected to its embedding size; one logit per candidat
 softmax`` (the paper) or ``bce`` (its public code). Real runs start from all-MiniLM-L6-v2; the
 DeBERTa-v2/v3 path (``model.encoder`` = a DeBERTa folder) is the same code and is tested with a
 small random config.
+
+Fast training (docs/usage-and-rerank.md): ``freeze_layers: K`` freezes the embeddings and the first K
+layers, which read the query alone (the candidate slots join at layer K, ``ToolRefiner.slot_layer``),
+and caches their outputs for every training query (``nn.frozen``), so an epoch runs only the layers
+where query and candidates meet. ``model.encoder`` and ``vector_encoder`` may be a fine-tuned encoder
+folder (a fast bi-encoder run's ``retriever/encoder``): a warm start, and tool vectors that already
+separate tools.
 """
 
 from __future__ import annotations
 
 import copy
+import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
 
+from toolgraph.config import bounded
 from toolgraph.data import prepare_dataset
 from toolgraph.data.rerank import RerankDataModule
 from toolgraph.data.schema import ToolDataset
 from toolgraph.nn.encoder import backbone_artifacts, load_or_restore
+from toolgraph.nn.frozen import PackedStates, cached_states, check_depth, freeze_bottom
 from toolgraph.nn.rerankers import ToolRefiner
 from toolgraph.registry import TASKS
 from toolgraph.retrieval.base import Retriever
@@ -32,6 +42,8 @@ class RefinerConfig(RerankConfig):
     name: str = "refiner"
     vectors: Literal["tool2vec", "description"] = "tool2vec"  # tool2vec: mean of training-query vectors
     vector_encoder: str = "all-MiniLM-L6-v2"  # encodes the tool vectors (frozen)
+    freeze_layers: int = bounded(0, ge=0)  # embeddings + first K layers frozen and cached; slots join at layer K
+    states_dir: str | None = ".cache/toolgraph"  # cached activations (freeze_layers > 0); None = in memory only
 
 
 @TASKS.register("refiner")
@@ -43,11 +55,17 @@ class RefinerTask(RerankTask):
         self.backbone, self.tokenizer = load_or_restore(m.encoder, artifacts and artifacts["query"])
         self.network: ToolRefiner | None = None
         self.vectors: Retriever | None = None
+        if m.freeze_layers:
+            check_depth(self.backbone, m.freeze_layers)
+            freeze_bottom(self.backbone, m.freeze_layers)
+        self._query_texts: list[str] = []  # training queries (frozen bottom: their cached states)
+        self._query_states: PackedStates | None = None
         if artifacts:
             self._make_network(artifacts["vector_dim"], len(self.catalog))
 
     def _make_network(self, dim: int, n_tools: int) -> None:
-        self.network = ToolRefiner(self.backbone, dim, self.model_cfg.dropout)
+        m = self.model_cfg
+        self.network = ToolRefiner(self.backbone, dim, m.dropout, slot_layer=m.freeze_layers)
         self.register_buffer("tool_vectors", torch.zeros(n_tools, dim))  # [T, D], saved in checkpoints
 
     def _vector_spec(self) -> dict[str, Any]:
@@ -56,6 +74,8 @@ class RefinerTask(RerankTask):
                 "tool_text": m.tool_text, "cache_dir": m.cache_dir, "progress": False}
 
     def prepare_tools(self, ds: ToolDataset, dm: RerankDataModule) -> None:
+        dm.tokenize_train = not self.model_cfg.freeze_layers  # cached states replace tokens
+        self._query_texts = [q.text for q in dm.train_queries]
         spec = self._vector_spec()
         same = spec == first_stage_spec(self.model_cfg)
         self.vectors = self.first_stage if same else resolve_retriever(spec, "model.vectors")
@@ -69,9 +89,27 @@ class RefinerTask(RerankTask):
             self._make_network(table.shape[1], len(dm.tools))
         self.tool_vectors = table.to(self.tool_vectors.device)
 
+    def on_train_start(self) -> None:
+        """Frozen bottom: the hidden states of every training query, computed once (or read from
+        ``states_dir``), inside the time that ``trainer.max_time`` counts."""
+        m = self.model_cfg
+        if not m.freeze_layers or not self._query_texts:
+            return
+        from lightning.pytorch.utilities.rank_zero import rank_zero_info
+
+        start = time.perf_counter()
+        d = self.cfg.data
+        self._query_states = cached_states(self.backbone, self.tokenizer, self._query_texts, m.freeze_layers,
+                                           d.max_query_length, m.states_dir, d.eval_batch_size, self.device)
+        rank_zero_info(f"frozen bottom (embeddings + {m.freeze_layers} layers): states of {len(self._query_states)} "
+                       f"queries, {self._query_states.nbytes / 2**20:.0f} MiB fp16, {time.perf_counter() - start:.1f} s")
+
     def rerank_logits(self, batch: dict[str, Any], cands: torch.Tensor) -> torch.Tensor:
         mask = cands >= 0
         vecs = self.tool_vectors[cands.clamp(min=0)]  # [B, N, D]
+        if "query" not in batch:  # a training batch over cached states (freeze_layers > 0)
+            states, qmask = self._query_states.batch(batch["index"], self.device)
+            return self.network.forward_states(states, qmask, vecs, mask)  # [B, N]
         q = batch["query"]
         return self.network(q["input_ids"], q["attention_mask"], vecs, mask)  # [B, N]
 
@@ -86,6 +124,7 @@ class RefinerTask(RerankTask):
         if self.vectors is None:  # from a checkpoint: refit the vector source on the run's training data
             self.vectors = resolve_retriever(self._vector_spec(), "model.vectors")
             self.vectors.fit(prepare_dataset(self.cfg.data))
-        cfg = RefinerRerankerConfig(tool_text=self.model_cfg.tool_text, max_length=self.cfg.data.eval_max_query_length)
+        cfg = RefinerRerankerConfig(tool_text=self.model_cfg.tool_text, max_length=self.cfg.data.eval_max_query_length,
+                                    slot_layer=self.model_cfg.freeze_layers)
         return RefinerReranker(cfg, network=copy.deepcopy(self.network).cpu().eval(), tokenizer=self.tokenizer,
                                vectors=self.vectors)

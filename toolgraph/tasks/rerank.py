@@ -34,6 +34,7 @@ class RerankConfig(TaskConfig):
     tool_text: ToolText = "default"
     candidates: int = bounded(32, ge=1)  # N: candidates per training query
     eval_candidates: int | None = bounded(None, ge=1)  # N at val/test/export (default: candidates)
+    first_stage_weight: float = bounded(0.0, ge=0)  # val/test/export: reranker + w * first-stage score per candidate
     inject_gold: bool = True  # training only: gold tools missing from the top N replace the worst negatives
     shuffle: bool = True  # training only: candidate order shuffled
     loss: Literal["softmax", "bce"] = "softmax"  # softmax over candidates with a multi-hot target | bce per candidate
@@ -95,6 +96,7 @@ class RerankTask(RetrievalTask):
         texts = sorted({q.text for s in (data_cfg.val_split, data_cfg.test_split) for q in ds.split(s)})
         ranked = self.first_stage.retrieve(texts, depth)
         dm.eval_ranked = {t: [pos[i] for i in ids] for t, ids in zip(texts, ranked.ids, strict=True)}
+        dm.eval_scores = {t: ranked.scores[i, :len(ids)].float() for i, (t, ids) in enumerate(zip(texts, ranked.ids))}
         self.prepare_tools(ds, dm)
         return dm
 
@@ -112,6 +114,13 @@ class RerankTask(RetrievalTask):
             cands[i, : min(n, len(r))] = torch.tensor(r[:n], dtype=torch.long)
         cands = cands.to(self.device)
         logits = self.rerank_logits(batch, cands).float()  # [B, n]
+        w = self.model_cfg.first_stage_weight
+        if w:  # as the exported pipeline: reranker + w * first-stage score
+            first = torch.zeros_like(logits)
+            for i, t in enumerate(batch["texts"]):
+                m = min(n, len(ranked[i]))
+                first[i, :m] = self.trainer.datamodule.eval_scores[t][:m].to(logits.device)
+            logits = logits + w * first
         full = torch.full((len(ranked), len(self.catalog)), BELOW * 10, device=self.device)
         for i, r in enumerate(ranked):  # below the candidates: the first stage's order
             rest = r[n:]
@@ -134,7 +143,8 @@ class RerankTask(RetrievalTask):
         return self.first_stage
 
     def as_retriever(self, tools: list[Tool] | None = None) -> PipelineRetriever:
-        r = PipelineRetriever(PipelineConfig(depth=self.n_eval), first_stage=self._first_stage_for_inference(),
+        r = PipelineRetriever(PipelineConfig(depth=self.n_eval, first_stage_weight=self.model_cfg.first_stage_weight),
+                              first_stage=self._first_stage_for_inference(),
                               reranker=self.as_reranker())
         r.index(self.catalog if tools is None else tools)
         return r

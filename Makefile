@@ -13,7 +13,7 @@ export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export WANDB_MODE ?= disabled
 
-.PHONY: install demo test test-fast bench lint clean
+.PHONY: install demo test test-fast bench lint clean st-env
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -42,6 +42,14 @@ test-fast: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/baselines.py
 	$(BIN)/python benchmarks/speed.py
+
+# sentence-transformers baseline (benchmarks/st_baseline.py): its own .venv-st on top of .venv, so toolgraph
+# itself never depends on sentence-transformers, datasets or accelerate
+st-env: $(STAMP)
+	test -x .venv-st/bin/python || $(PY) -m venv .venv-st
+	$(BIN)/python -c "import site; print(site.getsitepackages()[0])" > \
+		"$$(.venv-st/bin/python -c 'import site; print(site.getsitepackages()[0])')/toolgraph-base.pth"
+	.venv-st/bin/python -m pip install -q sentence-transformers==6.2.0 datasets accelerate
 
 lint: $(STAMP)
 	$(BIN)/lint-imports

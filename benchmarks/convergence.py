@@ -117,7 +117,30 @@ def render(page: str | Path = PAGE) -> None:
             lines.append(f"| {r['variant']} | {r['steps']} | {best:.3f} | {r['metrics']['recall@5']:.3f} | "
                          f"{r.get('seconds_to_old_best') if r.get('seconds_to_old_best') is not None else 'not reached'} | "
                          f"{r.get('speedup_vs_old') or '–'} |")
+    lines += st_comparison()
     write_block(page, "fast", "\n".join(lines))
+
+
+def st_comparison() -> list[str]:
+    """The sentence-transformers MNRL rows (benchmarks/st_baseline.py) beside this machine's toolgraph
+    runs of the same wall-clock budget: the convergence variants, and the fast recipe's full run."""
+    path = RESULTS / "st_baseline.json"
+    if not path.exists():
+        return []
+    conv = json.loads((RESULTS / "convergence.json").read_text()) if (RESULTS / "convergence.json").exists() else {}
+    lines = ["", "The sentence-transformers trainer (MultipleNegativesRankingLoss, in-batch negatives, no duplicates "
+             "in a batch) on the same ToolLens training queries, the same MiniLM and the same budget, tested by the "
+             "same evaluation (`benchmarks/st_baseline.py`, in `.venv-st` from `make st-env`):", "",
+             "| budget | trainer | steps | train_seconds | test R@3 | test R@5 | test R@7 | command |", "|---|---|---|---|---|---|---|---|"]
+    for st in json.loads(path.read_text())["rows"]:
+        budget = st["setting"].removeprefix("budget ")
+        ours = [r for r in conv.get("rows", []) if conv.get("budget") == budget and r["variant"] in ("old", "fast")]
+        for r in [st, *ours]:
+            m = r["metrics"]
+            name = "sentence-transformers MNRL" if r is st else f"toolgraph {r['variant']}"
+            lines.append(f"| {budget} | {name} | {r['steps']} | {r['train_seconds']:.0f} | {m['recall@3']:.3f} | "
+                         f"{m['recall@5']:.3f} | {m['recall@7']:.3f} | `{r['command']}` |")
+    return lines
 
 
 def main() -> None:

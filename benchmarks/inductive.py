@@ -40,7 +40,7 @@ NAME = "inductive"
 PAGE = DOCS / "graph.md"  # where the inductive-* blocks live
 ROOT = Path(__file__).resolve().parents[1]
 SETTINGS = ("transductive", "inductive-10", "inductive-20", "inductive-30", "noise-10")
-METHODS = ("minilm", "bi_encoder", "instret", "cross_encoder", "lightgcn", "gat", "sage", "losemb")
+METHODS = ("minilm", "bi_encoder", "bi_encoder_fast", "instret", "cross_encoder", "lightgcn", "gat", "sage", "losemb")
 ABLATIONS = ("no_query_transfer", "no_tool_transfer", "no_relational_retrieval")
 KEEP = ("recall@3", "recall@7", "precision@3", "precision@7")
 HEADLINE = "mean_r3_r7_p3_p7"
@@ -63,10 +63,11 @@ def run_row(run: Path, method: str, command: str) -> dict:
 
     res = json.loads((run / "results.json").read_text())
     cfg = yaml.safe_load((run / "config.yaml").read_text())
-    tr = res.get("training", {})
+    tr = res.get("training", {})  # absent for an evaluate.py folder (a checkpoint scored on another setting)
+    seconds = tr.get("train_seconds", tr.get("fit_seconds"))
     return row(method, cfg["data"]["name"], cfg["data"]["setting"], headline(res["metrics"]), command,
                queries=res.get("dataset", {}).get("queries", {}).get("test"), training_steps=tr.get("global_step"),
-               training_seconds=round(tr.get("fit_seconds", 0), 1))
+               training_seconds=None if seconds is None else round(seconds, 1))
 
 
 def cmd_run(args: argparse.Namespace) -> None:
@@ -113,7 +114,8 @@ def _evaluate_losemb(dataset: str, setting: str, overrides: list[str]) -> tuple[
 def cmd_losemb(args: argparse.Namespace) -> None:
     """LoSemB per setting (+ ablations). ``--graph-runs``: the trained LightGCN of each setting
     (method ``losemb+lightgcn``); ``--encoder-runs``: X from the bi-encoder fine-tuned on each
-    setting's training split (method ``losemb+bi_encoder``); default: frozen MiniLM, no training."""
+    setting's training split, run folders ``<encoder-prefix>_<dataset>_<setting>`` (method
+    ``losemb+<encoder-method>``); default: frozen MiniLM, no training."""
     base = f"python evaluate.py --config configs/eval/losemb_{args.dataset}.yaml"
     variants = [("losemb", [])] + [(f"losemb/{a}", [f"retriever.{a}=true"]) for a in ABLATIONS]
     for setting in args.settings:
@@ -123,9 +125,10 @@ def cmd_losemb(args: argparse.Namespace) -> None:
             shown.append(f"retriever.graph=runs/inductive/lightgcn_{args.dataset}_{setting}")
             suffix += "+lightgcn"
         if args.encoder_runs:
-            extra.append(f"retriever.encoder={args.encoder_runs / f'bi_{args.dataset}_{setting}' / 'retriever' / 'encoder'}")
-            shown.append(f"retriever.encoder=runs/inductive/bi_{args.dataset}_{setting}/retriever/encoder")
-            suffix += "+bi_encoder"
+            run = f"{args.encoder_prefix}_{args.dataset}_{setting}"
+            extra.append(f"retriever.encoder={args.encoder_runs / run / 'retriever' / 'encoder'}")
+            shown.append(f"retriever.encoder=runs/inductive/{run}/retriever/encoder")
+            suffix += f"+{args.encoder_method}"
         for method, over in variants:
             if method != "losemb" and setting not in args.ablation_settings:
                 continue
@@ -320,7 +323,10 @@ def main() -> None:
     s.add_argument("--graph-runs", type=Path, default=None,
                    help="folder of trained lightgcn_<dataset>_<setting> runs (default: parameter-free propagation)")
     s.add_argument("--encoder-runs", type=Path, default=None,
-                   help="folder of bi_<dataset>_<setting> train.py runs whose encoder gives X (default: frozen MiniLM)")
+                   help="folder of <encoder-prefix>_<dataset>_<setting> train.py runs whose encoder gives X "
+                   "(default: frozen MiniLM)")
+    s.add_argument("--encoder-prefix", default="bi", help="run folder prefix under --encoder-runs (bi_fast: the fast recipe)")
+    s.add_argument("--encoder-method", default="bi_encoder", help="row name: losemb+<this>")
     t = sub.add_parser("timing")
     t.add_argument("--dataset", required=True)
     t.add_argument("--retrain-run", type=Path, required=True)

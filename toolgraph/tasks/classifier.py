@@ -15,7 +15,6 @@ warm start, so the head is learnt over vectors that already separate tools.
 from __future__ import annotations
 
 import copy
-import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -25,7 +24,7 @@ from toolgraph.config import TaskConfig, TextDataConfig, bounded
 from toolgraph.data.schema import Tool, ToolDataset
 from toolgraph.data.text import LabelDataModule
 from toolgraph.nn.encoder import TextEncoder, backbone_artifacts, load_or_restore
-from toolgraph.nn.frozen import PackedStates, cached_states, check_depth, freeze_bottom
+from toolgraph.nn.frozen import PackedStates, check_depth, freeze_bottom
 from toolgraph.nn.heads import ToolClassifier, multi_hot
 from toolgraph.nn.losses import multilabel_loss
 from toolgraph.registry import TASKS
@@ -80,19 +79,7 @@ class ClassifierTask(RetrievalTask):
         return dm
 
     def on_train_start(self) -> None:
-        """Frozen bottom: the hidden states of every training query, computed once (or read from
-        ``cache_dir``), inside the time that ``trainer.max_time`` counts."""
-        m = self.model_cfg
-        if not m.freeze_layers or not self._query_texts:
-            return
-        from lightning.pytorch.utilities.rank_zero import rank_zero_info
-
-        start = time.perf_counter()
-        d = self.cfg.data
-        self._query_states = cached_states(self.encoder.backbone, self.tokenizer, self._query_texts, m.freeze_layers,
-                                           d.max_query_length, m.cache_dir, d.eval_batch_size, self.device)
-        rank_zero_info(f"frozen bottom (embeddings + {m.freeze_layers} layers): states of {len(self._query_states)} "
-                       f"queries, {self._query_states.nbytes / 2**20:.0f} MiB fp16, {time.perf_counter() - start:.1f} s")
+        self._query_states = self.frozen_query_states(self.encoder.backbone, self._query_texts, self.model_cfg.cache_dir)
 
     def encoder_parameters(self) -> list[torch.nn.Parameter]:
         return list(self.encoder.parameters())

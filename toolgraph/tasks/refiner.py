@@ -17,7 +17,6 @@ separate tools.
 from __future__ import annotations
 
 import copy
-import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -28,7 +27,7 @@ from toolgraph.data import prepare_dataset
 from toolgraph.data.rerank import RerankDataModule
 from toolgraph.data.schema import ToolDataset
 from toolgraph.nn.encoder import backbone_artifacts, load_or_restore
-from toolgraph.nn.frozen import PackedStates, cached_states, check_depth, freeze_bottom
+from toolgraph.nn.frozen import PackedStates, check_depth, freeze_bottom
 from toolgraph.nn.rerankers import ToolRefiner
 from toolgraph.registry import TASKS
 from toolgraph.retrieval.base import Retriever
@@ -90,19 +89,7 @@ class RefinerTask(RerankTask):
         self.tool_vectors = table.to(self.tool_vectors.device)
 
     def on_train_start(self) -> None:
-        """Frozen bottom: the hidden states of every training query, computed once (or read from
-        ``states_dir``), inside the time that ``trainer.max_time`` counts."""
-        m = self.model_cfg
-        if not m.freeze_layers or not self._query_texts:
-            return
-        from lightning.pytorch.utilities.rank_zero import rank_zero_info
-
-        start = time.perf_counter()
-        d = self.cfg.data
-        self._query_states = cached_states(self.backbone, self.tokenizer, self._query_texts, m.freeze_layers,
-                                           d.max_query_length, m.states_dir, d.eval_batch_size, self.device)
-        rank_zero_info(f"frozen bottom (embeddings + {m.freeze_layers} layers): states of {len(self._query_states)} "
-                       f"queries, {self._query_states.nbytes / 2**20:.0f} MiB fp16, {time.perf_counter() - start:.1f} s")
+        self._query_states = self.frozen_query_states(self.backbone, self._query_texts, self.model_cfg.states_dir)
 
     def rerank_logits(self, batch: dict[str, Any], cands: torch.Tensor) -> torch.Tensor:
         mask = cands >= 0

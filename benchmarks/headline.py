@@ -31,6 +31,10 @@ ROWS = [
      "docs/dense.md"),
     ("usage_rerank", "mlc", "loss=bce", "MLC (MiniLM + one logit per tool)", "docs/usage-and-rerank.md"),
     ("usage_rerank", "refiner+mlc", "N=32", "ToolRefiner reranking the MLC's top 32", "docs/usage-and-rerank.md"),
+    ("usage_rerank", "mlc", "fast loss=bce", "fast MLC (over the fast bi-encoder's frozen bottom)",
+     "docs/usage-and-rerank.md"),
+    ("usage_rerank", "refiner+mlc", "fast N=32", "fast ToolRefiner + MLC (score fusion, weight chosen on val)",
+     "docs/usage-and-rerank.md"),
 ]
 METRICS = ("recall@3", "recall@5", "ndcg@5", "pass@5", "mrr")
 
@@ -54,6 +58,8 @@ def table(page: str | Path = PAGE) -> str:
         queries.add(r.get("queries"))
         steps = r.get("training_steps")
         trained = f"{steps} steps" if steps else "none (zero-shot)"
+        if steps and r.get("train_seconds"):
+            trained += f", {r['train_seconds']:,.0f} s"
         link = Path(os.path.relpath(ROOT / details, base)).as_posix()
         cells = " | ".join(f"{r['metrics'][m]:.3f}" for m in METRICS)
         lines.append(f"| {label} | {trained} | {cells} | [{Path(details).stem}]({link}) |")

@@ -236,6 +236,7 @@ def tune_weight(args: argparse.Namespace) -> None:
            "command": f"{args.command}; python benchmarks/usage_rerank.py tune-weight {args.run}",
            "first_stage_weight": best["weight"], "val_grid": grid, "tune_seconds": round(tune_seconds, 1),
            "training_steps": tr.get("global_step"), "seconds": round(tr.get("train_seconds", tr.get("seconds", 0))),
+           "train_seconds": tr.get("train_seconds"),
            "device": tr.get("device"), "machine": machine()}
     upsert(NAME, [row])
     render(page=args.page)

@@ -124,14 +124,15 @@ def main() -> None:
     retriever = DenseRetriever(DenseConfig(model=str(args.out / "model"), pooling="mean", normalize=True, max_length=96,
                                            query_max_length=64, cache_dir=None, progress=False, device="cpu"))
     report = evaluate(retriever, ds, "test", EvalConfig(ks=[1, 3, 5, 7, 10]))
-    command = (f".venv-st/bin/python benchmarks/st_baseline.py --budget {args.budget} --batch-size {args.batch_size} "
+    # run with .venv-st's python (make st-env); recorded like every row's command
+    command = (f"python benchmarks/st_baseline.py --budget {args.budget} --batch-size {args.batch_size} "
                f"--lr {args.lr:g} --epochs {args.epochs}" + (f" --max-steps {args.max_steps}" if args.max_steps > 0 else ""))
     row = {"method": "st_mnrl", "dataset": "toollens", "split": "test", "setting": f"budget {args.budget}" + (f" max_steps={args.max_steps}" if args.max_steps > 0 else ""),
            "command": command, "metrics": {k: round(v, 4) for k, v in report.metrics.items()},
            "train_seconds": round(train_seconds, 1), "steps": steps, "pairs": len(anchors),
            "examples_per_second": round(steps * args.batch_size / train_seconds, 2),
            "device": "cpu", "batch_size": args.batch_size, "lr": args.lr, "epochs": args.epochs,
-           "max_steps": args.max_steps, "budget": args.budget,
+           "max_steps": args.max_steps, "budget": args.budget, "venv": ".venv-st (make st-env)",
            "sentence_transformers": st.__version__, "torch_threads": torch.get_num_threads(), "machine": machine()}
     upsert(NAME, [row])
     print(f"st_mnrl budget {args.budget}: {steps} steps in {train_seconds:.0f} s, test R@5 {row['metrics']['recall@5']:.4f} "

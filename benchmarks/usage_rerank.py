@@ -269,7 +269,7 @@ def main() -> None:
     tw.add_argument("--method", default="refiner+mlc")
     tw.add_argument("--setting", required=True)
     tw.add_argument("--command", required=True, help="the train.py command(s) that made the run")
-    tw.add_argument("--weights", type=float, nargs="+", default=[0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0, 2.0])
+    tw.add_argument("--weights", type=float, nargs="+", default=[0.0, 0.5, 1.0, 2.0, 3.0, 4.0, 6.0, 10.0])
     tw.set_defaults(fn=tune_weight)
     ren = sub.add_parser("render")
     ren.set_defaults(fn=lambda a: render(page=a.page))

@@ -132,18 +132,18 @@ def st_comparison() -> list[str]:
              "in a batch) on the same ToolLens training queries, the same MiniLM and the same budget, tested by the "
              "same evaluation (`benchmarks/st_baseline.py`, in `.venv-st` from `make st-env`):", "",
              "| budget | trainer | steps | train_seconds | test R@3 | test R@5 | test R@7 | command |", "|---|---|---|---|---|---|---|---|"]
+    def budget(st: dict) -> str:  # rows before the "budget" field kept it in the setting
+        return st.get("budget", st["setting"].removeprefix("budget "))
+
     st_rows = json.loads(path.read_text())["rows"]
-    for budget in dict.fromkeys(st.get("budget", st["setting"].removeprefix("budget ")) for st in st_rows):
-        mine = [st for st in st_rows if st.get("budget", st["setting"].removeprefix("budget ")) == budget]
-        ours = [r for r in conv.get("rows", []) if conv.get("budget") == budget and r["variant"] in ("old", "fast")]
-        for r in [*mine, *ours]:
+    for b in dict.fromkeys(map(budget, st_rows)):
+        named = [("sentence-transformers MNRL, " + (f"schedule of {st['max_steps']} steps"
+                  if st.get("max_steps", -1) > 0 else "one-epoch schedule"), st) for st in st_rows if budget(st) == b]
+        named += [(f"toolgraph {r['variant']}", r) for r in conv.get("rows", [])
+                  if conv.get("budget") == b and r["variant"] in ("old", "fast")]
+        for name, r in named:
             m = r["metrics"]
-            if r in mine:
-                steps = r.get("max_steps", -1)
-                name = "sentence-transformers MNRL, " + (f"schedule of {steps} steps" if steps > 0 else "one-epoch schedule")
-            else:
-                name = f"toolgraph {r['variant']}"
-            lines.append(f"| {budget} | {name} | {r['steps']} | {r['train_seconds']:.0f} | {m['recall@3']:.3f} | "
+            lines.append(f"| {b} | {name} | {r['steps']} | {r['train_seconds']:.0f} | {m['recall@3']:.3f} | "
                          f"{m['recall@5']:.3f} | {m['recall@7']:.3f} | `{r['command']}` |")
     return lines
 

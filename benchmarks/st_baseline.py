@@ -108,7 +108,8 @@ def main() -> None:
     model = SentenceTransformer(resolve_model("all-MiniLM-L6-v2"), device="cpu")
     model.max_seq_length = 96
     targs = SentenceTransformerTrainingArguments(
-        output_dir=str(args.out / "trainer"), num_train_epochs=args.epochs, max_steps=args.max_steps, per_device_train_batch_size=args.batch_size,
+        output_dir=str(args.out / "trainer"), num_train_epochs=args.epochs, max_steps=args.max_steps,
+        per_device_train_batch_size=args.batch_size,
         learning_rate=args.lr, warmup_ratio=0.1, lr_scheduler_type="linear", batch_sampler=BatchSamplers.NO_DUPLICATES,
         save_strategy="no", eval_strategy="no", logging_steps=10, report_to="none", seed=args.seed, use_cpu=True,
         dataloader_num_workers=0)
@@ -125,9 +126,11 @@ def main() -> None:
                                            query_max_length=64, cache_dir=None, progress=False, device="cpu"))
     report = evaluate(retriever, ds, "test", EvalConfig(ks=[1, 3, 5, 7, 10]))
     # run with .venv-st's python (make st-env); recorded like every row's command
+    sized = args.max_steps > 0
     command = (f"python benchmarks/st_baseline.py --budget {args.budget} --batch-size {args.batch_size} "
-               f"--lr {args.lr:g} --epochs {args.epochs}" + (f" --max-steps {args.max_steps}" if args.max_steps > 0 else ""))
-    row = {"method": "st_mnrl", "dataset": "toollens", "split": "test", "setting": f"budget {args.budget}" + (f" max_steps={args.max_steps}" if args.max_steps > 0 else ""),
+               f"--lr {args.lr:g} --epochs {args.epochs}" + (f" --max-steps {args.max_steps}" if sized else ""))
+    row = {"method": "st_mnrl", "dataset": "toollens", "split": "test",
+           "setting": f"budget {args.budget}" + (f" max_steps={args.max_steps}" if sized else ""),
            "command": command, "metrics": {k: round(v, 4) for k, v in report.metrics.items()},
            "train_seconds": round(train_seconds, 1), "steps": steps, "pairs": len(anchors),
            "examples_per_second": round(steps * args.batch_size / train_seconds, 2),

@@ -8,6 +8,7 @@ from conftest import tiny_train_overrides
 from transformers import AutoTokenizer, BertConfig, BertModel
 
 from toolgraph.config import load_config
+from toolgraph.data.schema import Tool
 from toolgraph.errors import ConfigError, DataError
 from toolgraph.nn import frozen
 from toolgraph.nn.encoder import TextEncoder
@@ -351,10 +352,28 @@ def test_refiner_slots_above_a_cached_bottom_score_as_the_whole_network(tiny, k)
                               direct[3, :2], atol=1e-5)
 
 
+def test_learned_tool_offsets_start_at_zero_and_skip_tools_without_a_row(tiny):
+    from toolgraph.nn.rerankers import ToolRefiner
+
+    model, _ = tiny
+    net = ToolRefiner(model, 8, dropout=0.0, learned_tools=5)
+    vecs, rows = torch.randn(2, 3, 8), torch.tensor([[0, 4, -1], [2, 2, 1]])
+    assert torch.equal(net.tool_inputs(vecs, rows), vecs)  # training starts from the given vectors
+    with torch.no_grad():
+        net.tool_offsets.weight.copy_(torch.arange(5.0).unsqueeze(1).expand(5, 8))
+    out = net.tool_inputs(vecs, rows)
+    assert torch.equal(out[0, 2], vecs[0, 2])  # no row: the vector alone
+    assert torch.allclose(out - vecs, rows.clamp(min=0).float().unsqueeze(-1).expand(2, 3, 8) * (rows >= 0)[..., None])
+    out.sum().backward()
+    assert net.tool_offsets.weight.grad[:, 0].tolist() == [1.0, 1.0, 2.0, 0.0, 1.0]  # only the rows used
+    assert torch.equal(ToolRefiner(model, 8).tool_inputs(vecs, rows), vecs)  # off: nothing added
+
+
 def test_refiner_with_a_frozen_bottom_trains_exports_and_reloads(synthetic_dataset_dir, tiny_bert_dir, tmp_path):
     """freeze_layers on the refiner task: training batches carry indices only, the query states are
     cached once, the bottom stays unchanged, and the exported pipeline ranks as Lightning's test and as
-    the checkpoint do."""
+    the checkpoint do. With learn_tool_vectors the per-tool offsets train, travel in the export, and a
+    tool added after training gets its plain vector."""
     import toolgraph
 
     over = [o for o in tiny_train_overrides(synthetic_dataset_dir, tiny_bert_dir, tmp_path / "run", steps=40)
@@ -362,7 +381,7 @@ def test_refiner_with_a_frozen_bottom_trains_exports_and_reloads(synthetic_datas
     over += ["model.name=refiner", f"model.encoder={tiny_bert_dir}", "model.first_stage=bm25", "model.cache_dir=null",
              "model.head_lr=1e-2", "model.vectors=description", f"model.vector_encoder={tiny_bert_dir}",
              "model.candidates=8", "model.eval_candidates=6", "model.freeze_layers=1",
-             f"model.states_dir={tmp_path / 'cache'}", "model.first_stage_weight=0.3"]
+             f"model.states_dir={tmp_path / 'cache'}", "model.first_stage_weight=0.3", "model.learn_tool_vectors=true"]
     summary = train(load_config(TrainConfig, [], over))
     assert len(list((tmp_path / "cache").glob("states-*.pt"))) == 1
     for key in ("recall@1", "recall@3", "ndcg@5"):
@@ -373,8 +392,24 @@ def test_refiner_with_a_frozen_bottom_trains_exports_and_reloads(synthetic_datas
     assert torch.equal(ckpt["backbone.encoder.layer.0.output.dense.weight"], base["encoder.layer.0.output.dense.weight"])
     assert not torch.equal(ckpt["backbone.encoder.layer.1.output.dense.weight"],
                            base["encoder.layer.1.output.dense.weight"])
+    offsets = ckpt["network.tool_offsets.weight"]
+    assert offsets.abs().sum() > 0  # the per-tool offsets trained
     exported = toolgraph.load(tmp_path / "run")
     assert exported.reranker.config.slot_layer == 1 and exported.config.first_stage_weight == 0.3
+    assert exported.reranker.config.learned_tools == [t.id for t in exported.tools]
     q = ["please tell me the weather and the pizza", "please tell me the taxi"]
     a, b = toolgraph.load(summary["best_checkpoint"]).retrieve(q, 5), exported.retrieve(q, 5)
     assert a.ids == b.ids and torch.allclose(a.scores, b.scores, atol=1e-4)
+    saved = torch.load(summary["best_checkpoint"], map_location="cpu", weights_only=True)["state_dict"]
+    assert torch.equal(exported.reranker.net().tool_offsets.weight.cpu(), saved["network.tool_offsets.weight"])
+    new_tool = Tool(id="umbrella_shop", name="umbrella shop", description="buy an umbrella when it rains")
+    exported.index([*exported.tools, new_tool])  # a tool the offsets never saw: scored from its vector alone
+    rr, known = exported.reranker, exported.tools[0].id
+    net, table = rr.net(), rr.vectors.tool_vectors
+    tok = rr.tokenizer(["where can I buy an umbrella"], return_tensors="pt")
+    for tool, learned in (("umbrella_shop", False), (known, True)):  # one candidate: slots see each other
+        got = rr.rerank(["where can I buy an umbrella"], [[tool]])[0, 0].item()
+        with torch.no_grad():
+            plain = net(tok["input_ids"], tok["attention_mask"], table[[rr._row[tool]]].unsqueeze(0),
+                        torch.ones(1, 1, dtype=torch.bool))[0, 0].item()
+        assert (got != pytest.approx(plain, abs=1e-5)) == learned  # new tool: its vector alone

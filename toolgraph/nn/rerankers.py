@@ -7,6 +7,9 @@ scores all N candidates, so its cost grows with the query length + N, not with N
 ``slot_layer: K`` (> 0) lets the candidate slots join above the embeddings and the first K layers,
 which then read the query alone: with those layers frozen, their outputs are the same every epoch
 and can be cached (``nn.frozen``), so training runs only the layers where query and tools meet.
+``learned_tools: T`` (> 0) adds a trainable offset per known tool to its vector (``tool_inputs``),
+zero at the start: the given vectors (Tool2Vec) are where training starts, and a tool without a row
+(one added after training) keeps its vector as it is.
 
 ``PairScorer``: a cross-encoder; each (query, tool text) pair is one sequence, logit from [CLS].
 """
@@ -20,7 +23,8 @@ from toolgraph.nn.frozen import check_depth, run_layers, stack
 
 
 class ToolRefiner(nn.Module):
-    def __init__(self, backbone: nn.Module, vector_dim: int, dropout: float = 0.1, slot_layer: int = 0):
+    def __init__(self, backbone: nn.Module, vector_dim: int, dropout: float = 0.1, slot_layer: int = 0,
+                 learned_tools: int = 0):
         super().__init__()
         self.backbone = backbone
         self.slot_layer = slot_layer
@@ -35,6 +39,17 @@ class ToolRefiner(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.score = nn.Linear(backbone.config.hidden_size, 1)
         self.use_token_types = getattr(backbone.config, "type_vocab_size", 0) >= 2
+        self.tool_offsets = nn.Embedding(learned_tools, vector_dim) if learned_tools else None
+        if self.tool_offsets is not None:
+            nn.init.zeros_(self.tool_offsets.weight)
+
+    def tool_inputs(self, vectors: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """The candidates' slot inputs: ``vectors`` [B, N, D] plus the learned offset of each candidate's
+        row ``rows`` [B, N] (-1: a tool without one) when ``learned_tools`` > 0."""
+        if self.tool_offsets is None:
+            return vectors
+        offsets = self.tool_offsets(rows.clamp(min=0)) * (rows >= 0).unsqueeze(-1).to(vectors.dtype)
+        return vectors + offsets.to(vectors.dtype)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, vectors: torch.Tensor,
                 vector_mask: torch.Tensor) -> torch.Tensor:

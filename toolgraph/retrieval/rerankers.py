@@ -3,13 +3,15 @@
 Both score a candidate list per query (``rerank``) and, alone, every indexed tool (``score``).
 They save as a folder: ``model/`` (the Hugging Face encoder + tokenizer), ``head.safetensors``
 (the layers on top) and, for the refiner, ``vectors/`` (the saved retriever whose tool vectors
-feed it: Tool2Vec or description vectors, so new tools get a vector the same way).
+feed it: Tool2Vec or description vectors, so new tools get a vector the same way). A refiner trained
+with ``learn_tool_vectors`` also keeps one learned offset per training tool (in ``head.safetensors``,
+their ids in ``learned_tools``); other tools get their vector alone.
 """
 
 from __future__ import annotations
 
 from abc import abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -95,6 +97,7 @@ class RefinerRerankerConfig(RerankerConfig):
     name: str = "refiner"
     vectors: str = "vectors"  # the saved retriever that gives tool vectors
     slot_layer: int = bounded(0, ge=0)  # the layer the candidate slots join at (ToolRefiner.slot_layer)
+    learned_tools: list[str] = field(default_factory=list)  # ids of the rows of ToolRefiner.tool_offsets
 
 
 @RETRIEVERS.register("refiner")
@@ -107,9 +110,11 @@ class RefinerReranker(_NetworkReranker):
         super().__init__(config, network, tokenizer)
         self.vectors = vectors
         self._row: dict[str, int] = {}
+        self._offset_row = {t: i for i, t in enumerate(self.config.learned_tools)}
 
     def _make_network(self, backbone, head):
-        return ToolRefiner(backbone, head["project.weight"].shape[1], slot_layer=self.config.slot_layer)
+        return ToolRefiner(backbone, head["project.weight"].shape[1], slot_layer=self.config.slot_layer,
+                           learned_tools=len(self.config.learned_tools))
 
     def fit(self, dataset: ToolDataset) -> None:
         if self.vectors is not None and not getattr(self.vectors, "usage", None):
@@ -133,11 +138,14 @@ class RefinerReranker(_NetworkReranker):
                                  return_tensors="pt")
             n = max(len(c) for c in cs)
             rows = torch.zeros(len(cs), n, dtype=torch.long)
+            learned = torch.full((len(cs), n), -1, dtype=torch.long)
             mask = torch.zeros(len(cs), n, dtype=torch.bool)
             for i, c in enumerate(cs):
                 rows[i, : len(c)] = torch.tensor([self._row[t] for t in c], dtype=torch.long)
+                learned[i, : len(c)] = torch.tensor([self._offset_row.get(t, -1) for t in c], dtype=torch.long)
                 mask[i, : len(c)] = True
-            logits = net(tok["input_ids"].to(device), tok["attention_mask"].to(device), table[rows].to(device),
+            vecs = net.tool_inputs(table[rows].to(device), learned.to(device))
+            logits = net(tok["input_ids"].to(device), tok["attention_mask"].to(device), vecs,
                          mask.to(device)).float().cpu()  # [b, n]
             out[lo:lo + len(qs), :n] = logits.masked_fill(~mask, BELOW * 10)
         return out

@@ -11,7 +11,9 @@ layers, which read the query alone (the candidate slots join at layer K, ``ToolR
 and caches their outputs for every training query (``nn.frozen``), so an epoch runs only the layers
 where query and candidates meet. ``model.encoder`` and ``vector_encoder`` may be a fine-tuned encoder
 folder (a fast bi-encoder run's ``retriever/encoder``): a warm start, and tool vectors that already
-separate tools.
+separate tools. ``learn_tool_vectors: true`` trains an offset per catalog tool on top of its vector
+(``ToolRefiner.learned_tools``, at ``head_lr``): the refiner gets per-tool capacity as the MLC has,
+and the exported reranker keeps the offsets (a tool added later gets its plain vector).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ class RefinerConfig(RerankConfig):
     vector_encoder: str = "all-MiniLM-L6-v2"  # encodes the tool vectors (frozen)
     freeze_layers: int = bounded(0, ge=0)  # embeddings + first K layers frozen and cached; slots join at layer K
     states_dir: str | None = ".cache/toolgraph"  # cached activations (freeze_layers > 0); None = in memory only
+    learn_tool_vectors: bool = False  # a trainable offset per catalog tool added to its (fixed) vector
 
 
 @TASKS.register("refiner")
@@ -64,7 +67,8 @@ class RefinerTask(RerankTask):
 
     def _make_network(self, dim: int, n_tools: int) -> None:
         m = self.model_cfg
-        self.network = ToolRefiner(self.backbone, dim, m.dropout, slot_layer=m.freeze_layers)
+        self.network = ToolRefiner(self.backbone, dim, m.dropout, slot_layer=m.freeze_layers,
+                                   learned_tools=n_tools if m.learn_tool_vectors else 0)
         self.register_buffer("tool_vectors", torch.zeros(n_tools, dim))  # [T, D], saved in checkpoints
 
     def _vector_spec(self) -> dict[str, Any]:
@@ -93,7 +97,7 @@ class RefinerTask(RerankTask):
 
     def rerank_logits(self, batch: dict[str, Any], cands: torch.Tensor) -> torch.Tensor:
         mask = cands >= 0
-        vecs = self.tool_vectors[cands.clamp(min=0)]  # [B, N, D]
+        vecs = self.network.tool_inputs(self.tool_vectors[cands.clamp(min=0)], cands)  # [B, N, D]
         if "query" not in batch:  # a training batch over cached states (freeze_layers > 0)
             states, qmask = self._query_states.batch(batch["index"], self.device)
             return self.network.forward_states(states, qmask, vecs, mask)  # [B, N]
@@ -111,7 +115,8 @@ class RefinerTask(RerankTask):
         if self.vectors is None:  # from a checkpoint: refit the vector source on the run's training data
             self.vectors = resolve_retriever(self._vector_spec(), "model.vectors")
             self.vectors.fit(prepare_dataset(self.cfg.data))
+        learned = [t.id for t in self.catalog] if self.model_cfg.learn_tool_vectors else []
         cfg = RefinerRerankerConfig(tool_text=self.model_cfg.tool_text, max_length=self.cfg.data.eval_max_query_length,
-                                    slot_layer=self.model_cfg.freeze_layers)
+                                    slot_layer=self.model_cfg.freeze_layers, learned_tools=learned)
         return RefinerReranker(cfg, network=copy.deepcopy(self.network).cpu().eval(), tokenizer=self.tokenizer,
                                vectors=self.vectors)

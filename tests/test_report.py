@@ -1,0 +1,95 @@
+"""toolgraph report --html: one self-contained comparison page, checked in headless Chromium."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from toolgraph.cli import main
+from toolgraph.errors import DataError
+from toolgraph.report import load_run, missed_and_above, render_html
+
+# three queries of a tiny dataset (no data folder: ids stand for texts); gold and each run's ranking
+GOLD = {"q1": ["a", "b"], "q2": ["c"], "q3": ["d"]}
+RANKS = {"A": {"q1": ["a", "x", "y", "z", "w", "b"], "q2": ["c", "x"], "q3": ["x", "y", "d"]},
+         "B": {"q1": ["a", "b", "x"], "q2": ["x", "y", "z", "w", "v", "c"], "q3": ["d", "x"]}}
+
+
+def make_run(folder, name, metrics, curve=None):
+    folder.mkdir(parents=True)
+    results = {"metrics": metrics, "config": {"data": {"name": "no-such-dataset"}}}
+    (folder / "results.json").write_text(json.dumps(results))
+    with (folder / "rankings.jsonl").open("w") as f:
+        for q, gold in GOLD.items():
+            top = [{"id": t, "score": -i} for i, t in enumerate(RANKS[name][q])]
+            f.write(json.dumps({"query": q, "gold": gold, "top": top}) + "\n")
+    if curve:
+        (folder / "logs").mkdir()
+        lines = ["epoch,step,train/loss,val/recall@5"] + [f"0,{s},{v},{'' if s % 2 else v / 10}" for s, v in curve]
+        (folder / "logs" / "metrics.csv").write_text("\n".join(lines) + "\n")
+    return folder
+
+
+@pytest.fixture
+def two_runs(tmp_path):
+    a = make_run(tmp_path / "A", "A", {"recall@5": 0.5, "ndcg@5": 0.4, "mrr": 0.61}, curve=[(1, 2.0), (2, 1.5), (4, 1.0)])
+    b = make_run(tmp_path / "B", "B", {"recall@5": 0.6667, "ndcg@5": 0.7, "mrr": 0.72})
+    return a, b
+
+
+def test_wins_losses_and_misses_are_counted_per_query(two_runs):
+    a, b = (load_run(f) for f in two_runs)
+    page = render_html([a, b])
+    # R@5 per query: A q1 .5 q2 1 q3 1; B q1 1 q2 0 q3 1 -> B wins q1, loses q2
+    assert 'data-wins="1" data-losses="1" data-common="3"' in page
+    assert re.search(r'<table class="queries wins">.*data-query="q1"', page)
+    assert re.search(r'<table class="queries losses">.*data-query="q2"', page)
+    missed, above = missed_and_above(a, k=5)
+    assert missed == {"b": 1}  # A ranks b sixth
+    assert above == {"x": 2, "y": 2, "z": 1, "w": 1}  # above A's last gold hit: q1 x y z w, q3 x y
+    assert '<td data-run="B" data-metric="recall@5" class="best">0.6667</td>' in page
+    assert '<td data-run="A" data-metric="mrr">0.6100</td>' in page
+    assert page.count("<svg") == 4  # Recall@K, NDCG@K, and A's train/loss and val/recall@5
+    assert "query texts and tool names not shown" in page  # no such dataset: ids instead, said so
+
+
+def test_a_folder_without_rankings_is_named(tmp_path):
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "results.json").write_text('{"metrics": {}}')
+    with pytest.raises(DataError, match="rankings.jsonl"):
+        load_run(tmp_path / "r")
+    make_run(tmp_path / "bad", "A", {})
+    with (tmp_path / "bad" / "rankings.jsonl").open("a") as f:
+        f.write('{"query": "q9"}\n')
+    with pytest.raises(DataError, match="line 4"):
+        load_run(tmp_path / "bad")
+
+
+def chromium() -> str | None:
+    return next((p for p in (shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")) if p), None)
+
+
+def test_the_page_loads_in_headless_chromium_without_errors(two_runs, tmp_path, capsys):
+    browser = chromium()
+    if browser is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI must have Chromium (.ci/run installs Debian's chromium package)")
+        pytest.skip("Chromium is not installed (apt-get install chromium): the page is not rendered here")
+    page = tmp_path / "report.html"
+    assert main(["report", *map(str, two_runs), "--html", str(page)]) == 0
+    assert f"wrote {page}" in capsys.readouterr().out
+    html = page.read_text()
+    assert not re.search(r"""(src|href)=["']?https?:""", html)  # nothing fetched from the network
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={tmp_path / 'profile'}"]
+    dom = subprocess.run([browser, *flags, "--dump-dom", page.as_uri()], capture_output=True, text=True,
+                         timeout=120, check=True).stdout
+    assert 'data-ready="1"' in dom  # the page's script ran to its end
+    assert re.search(r'<pre id="errors">\s*</pre>', dom), "script errors on the page"
+    assert '<td data-run="B" data-metric="recall@5" class="best">0.6667</td>' in dom
+    shot = tmp_path / "page.png"
+    subprocess.run([browser, *flags, "--window-size=1000,800", f"--screenshot={shot}", page.as_uri()],
+                   capture_output=True, timeout=120, check=True)
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 5000

@@ -119,7 +119,7 @@ def cmd_losemb(args: argparse.Namespace) -> None:
     base = f"python evaluate.py --config configs/eval/losemb_{args.dataset}.yaml"
     variants = [("losemb", [])] + [(f"losemb/{a}", [f"retriever.{a}=true"]) for a in ABLATIONS]
     for setting in args.settings:
-        extra, shown, suffix = [], [], ""
+        extra, shown, suffix = list(args.overrides), list(args.overrides), ""
         if args.graph_runs:
             extra.append(f"retriever.graph={args.graph_runs / f'lightgcn_{args.dataset}_{setting}'}")
             shown.append(f"retriever.graph=runs/inductive/lightgcn_{args.dataset}_{setting}")
@@ -138,7 +138,7 @@ def cmd_losemb(args: argparse.Namespace) -> None:
                 m.update({f"kl_{k}": round(v, 3) for k, v in r.alignment_kl().items()})
                 m["unseen_tools"] = sum(r.transferred)
             command = " ".join([base, f"data.setting={setting}", *over, *shown])
-            name = method.replace("losemb", "losemb" + suffix, 1)
+            name = method.replace("losemb", "losemb" + suffix, 1) + args.name_suffix
             upsert(NAME, [row(name, args.dataset, setting, m, command, seconds=round(seconds, 1))])
             print(name, setting, m, f"{seconds:.0f}s", flush=True)
     render(page=args.page)
@@ -327,6 +327,8 @@ def main() -> None:
                    "(default: frozen MiniLM)")
     s.add_argument("--encoder-prefix", default="bi", help="run folder prefix under --encoder-runs (bi_fast: the fast recipe)")
     s.add_argument("--encoder-method", default="bi_encoder", help="row name: losemb+<this>")
+    s.add_argument("--overrides", nargs="*", default=[], help="retriever settings, e.g. chosen by `tune` on val")
+    s.add_argument("--name-suffix", default="", help="appended to the row names (e.g. ' (val-tuned)')")
     t = sub.add_parser("timing")
     t.add_argument("--dataset", required=True)
     t.add_argument("--retrain-run", type=Path, required=True)

@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -25,12 +24,60 @@ def _python(code: str) -> subprocess.CompletedProcess:
                           timeout=300)
 
 
+# one interpreter imports the heavy third-party packages once, then forks a child per toolgraph module:
+# each child starts with no toolgraph module loaded and imports only its own (what this test checks:
+# no reliance on an import order among toolgraph's modules), in a fraction of a second instead of the
+# ~3 s a fresh interpreter needs to import torch and Lightning again
+FORK_EACH = """
+import json, os, sys, traceback
+import lightning, numpy, omegaconf, torch, torch_geometric, torchmetrics, transformers  # noqa: F401
+assert not any(m == "toolgraph" or m.startswith("toolgraph.") for m in sys.modules)
+failed = {}
+for name in json.loads(sys.argv[1]):
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        try:
+            __import__(name)
+            msg = b""
+        except BaseException:
+            msg = traceback.format_exc().strip().splitlines()[-1].encode()
+        os.write(w, msg)
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        out = f.read()
+    _, status = os.waitpid(pid, 0)
+    if out or status:
+        failed[name] = out.decode() or f"exit status {status}"
+print(json.dumps(failed))
+"""
+
+
 def test_every_module_imports_alone_in_a_fresh_interpreter():
     assert len(MODULES) > 40 and "toolgraph.retrieval.loading" in MODULES
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        runs = dict(zip(MODULES, pool.map(lambda m: _python(f"import {m}"), MODULES), strict=True))
-    failed = {m: r.stderr.strip().splitlines()[-1] for m, r in runs.items() if r.returncode != 0}
+    if not hasattr(os, "fork"):
+        pytest.skip("needs os.fork")
+    run = subprocess.run([sys.executable, "-c", FORK_EACH, json.dumps(MODULES)], cwd=ROOT, env=ENV,
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    failed = json.loads(run.stdout.strip().splitlines()[-1])
     assert not failed, failed
+
+
+def test_a_module_that_relies_on_an_import_order_is_caught(tmp_path):
+    """The check above fails for a module that only works when another was imported first."""
+    pkg = tmp_path / "orderpkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("import orderpkg\norderpkg.shared = 1\n")
+    (pkg / "b.py").write_text("import orderpkg\nvalue = orderpkg.shared\n")  # needs a first
+    run = subprocess.run([sys.executable, "-c", FORK_EACH.replace("toolgraph", "orderpkg"),
+                          json.dumps(["orderpkg.a", "orderpkg.b"])], cwd=tmp_path, env=ENV, capture_output=True,
+                         text=True, timeout=600)
+    failed = json.loads(run.stdout.strip().splitlines()[-1])
+    assert list(failed) == ["orderpkg.b"] and "AttributeError" in failed["orderpkg.b"]
 
 
 HEAVY = ("lightning", "pytorch_lightning", "torch_geometric")

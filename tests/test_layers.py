@@ -28,10 +28,10 @@ def _python(code: str) -> subprocess.CompletedProcess:
 # each child starts with no toolgraph module loaded and imports only its own (what this test checks:
 # no reliance on an import order among toolgraph's modules), in a fraction of a second instead of the
 # ~3 s a fresh interpreter needs to import torch and Lightning again
+PRELOAD = "import lightning, numpy, omegaconf, torch, torch_geometric, torchmetrics, transformers  # noqa: F401\n"
 FORK_EACH = """
 import json, os, sys, traceback
-import lightning, numpy, omegaconf, torch, torch_geometric, torchmetrics, transformers  # noqa: F401
-assert not any(m == "toolgraph" or m.startswith("toolgraph.") for m in sys.modules)
+""" + PRELOAD + """assert not any(m == "toolgraph" or m.startswith("toolgraph.") for m in sys.modules)
 failed = {}
 for name in json.loads(sys.argv[1]):
     r, w = os.pipe()
@@ -73,7 +73,8 @@ def test_a_module_that_relies_on_an_import_order_is_caught(tmp_path):
     (pkg / "__init__.py").write_text("")
     (pkg / "a.py").write_text("import orderpkg\norderpkg.shared = 1\n")
     (pkg / "b.py").write_text("import orderpkg\nvalue = orderpkg.shared\n")  # needs a first
-    run = subprocess.run([sys.executable, "-c", FORK_EACH.replace("toolgraph", "orderpkg"),
+    check = FORK_EACH.replace("toolgraph", "orderpkg").replace(PRELOAD, "")  # nothing heavy to preload here
+    run = subprocess.run([sys.executable, "-c", check,
                           json.dumps(["orderpkg.a", "orderpkg.b"])], cwd=tmp_path, env=ENV, capture_output=True,
                          text=True, timeout=600)
     failed = json.loads(run.stdout.strip().splitlines()[-1])

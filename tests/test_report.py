@@ -66,6 +66,11 @@ def test_a_folder_without_rankings_is_named(tmp_path):
         f.write('{"query": "q9"}\n')
     with pytest.raises(DataError, match="line 4"):
         load_run(tmp_path / "bad")
+    make_run(tmp_path / "badlog", "A", {}, curve=[(1, 2.0), (2, 1.5)])
+    with (tmp_path / "badlog" / "logs" / "metrics.csv").open("a") as f:
+        f.write("0,3,nan?,\n")
+    with pytest.raises(DataError, match=r"line 4: train/loss or step is not a number"):
+        load_run(tmp_path / "badlog")
 
 
 def chromium() -> str | None:

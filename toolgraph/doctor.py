@@ -18,7 +18,9 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-__all__ = ["Check", "diagnose", "format_checks"]
+from toolgraph.errors import DataError
+
+__all__ = ["Check", "diagnose", "format_checks", "normalize", "read_lock"]
 
 CHECKOUT = Path(__file__).resolve().parents[1]
 LOCK = CHECKOUT / "requirements" / "cpu.lock"
@@ -37,19 +39,29 @@ class Check:
     fix: str = ""
 
 
-def _norm(name: str) -> str:
+def normalize(name: str) -> str:
+    """A distribution name as pip compares them (PEP 503)."""
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def _locked() -> dict[str, str]:
-    if not LOCK.is_file():
-        return {}
+def read_lock(path: Path) -> dict[str, str]:
+    """``name -> version`` of a pip-compile lock (comments and blank lines skipped); any other line is
+    a DataError naming file:line, so a hand-edited lock is never half-read."""
     pins = {}
-    for line in LOCK.read_text(encoding="utf-8").splitlines():
-        m = re.fullmatch(r"([A-Za-z0-9_.\-]+)==(\S+)", line.strip())
-        if m:
-            pins[_norm(m[1])] = m[2]
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        text = line.strip()
+        if not text or text.startswith("#"):
+            continue
+        m = re.fullmatch(r"([A-Za-z0-9_.\-]+)==([^\s;#]+)", text)
+        if not m:
+            raise DataError(f"line {n}: not an exact pin (name==version): {text!r}; regenerate it with make lock",
+                            path)
+        pins[normalize(m[1])] = m[2]
     return pins
+
+
+def _locked() -> dict[str, str]:
+    return read_lock(LOCK) if LOCK.is_file() else {}
 
 
 def _version(name: str) -> str | None:
@@ -64,7 +76,7 @@ def package_checks() -> list[Check]:
     out = [Check("ok" if sys.version_info >= (3, 10) else "missing", "python", platform.python_version(),
                  "" if sys.version_info >= (3, 10) else "toolgraph needs Python 3.10+")]
     for name, why in [*((n, "required") for n in REQUIRED), *OPTIONAL.items()]:
-        have, want = _version(name), locked.get(_norm(name))
+        have, want = _version(name), locked.get(normalize(name))
         if have is None:
             status = "missing" if why == "required" else "warn"
             out.append(Check(status, name, f"not installed ({why})", "make install (or pip install -r requirements/cpu.lock)"))
@@ -81,7 +93,9 @@ def package_checks() -> list[Check]:
 def device_checks() -> list[Check]:
     import torch
 
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    from toolgraph.training import available_cores
+
+    cores = available_cores()
     out = [Check("ok", "cpu", f"{cores} cores available, torch uses {torch.get_num_threads()} threads "
                  "(training sets them from the cores, per DDP rank)")]
     if torch.cuda.is_available():

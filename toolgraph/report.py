@@ -55,11 +55,15 @@ def _history(folder: Path) -> dict[str, list[tuple[float, float]]]:
         return {}
     out: dict[str, list[tuple[float, float]]] = {}
     with path.open(newline="", encoding="utf-8") as f:
-        for row in csv.DictReader(f):
+        for n, row in enumerate(csv.DictReader(f), 2):  # line 1 is the header
             step = row.get("step")
             for key in TRAINING_KEYS:
                 if step and row.get(key):
-                    out.setdefault(key, []).append((float(step), float(row[key])))
+                    try:
+                        out.setdefault(key, []).append((float(step), float(row[key])))
+                    except ValueError:
+                        raise DataError(f"line {n}: {key} or step is not a number ({step!r}, {row[key]!r})",
+                                        path) from None
     return out
 
 

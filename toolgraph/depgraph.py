@@ -26,6 +26,7 @@ import torch
 from toolgraph.data.schema import Tool, ToolDataset, natural_key
 from toolgraph.data.tdi import LABEL_INDEX, Pair
 from toolgraph.files import atomic_path, write_text_atomic
+from toolgraph.retrieval.progress import progress_enabled
 
 
 @dataclass
@@ -88,7 +89,7 @@ def score_pairs(task, documents: dict[str, str], pairs: list[tuple[str, str]],
     # one loader over all pairs: under DDP Lightning shards it with a DistributedSampler
     loader = length_sorted_loader(task.tokenizer, items, documents, task.model_cfg.max_pair_length, cfg.batch_size)
     trainer = L.Trainer(accelerator=cfg.accelerator, devices=cfg.devices, strategy=cfg.strategy, logger=False,
-                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+                        enable_checkpointing=False, enable_progress_bar=progress_enabled(), enable_model_summary=False)
     outputs = trainer.predict(task, dataloaders=loader) or []
     local = [(o["index"], o["probs"]) for o in outputs]
     if torch.distributed.is_available() and torch.distributed.is_initialized() and trainer.world_size > 1:
@@ -115,7 +116,7 @@ def build_graph(ds: ToolDataset, task, cfg: GraphConfig) -> tuple[list[dict[str,
     t0 = time.perf_counter()
     vectors = None
     if cfg.top_m > 0:
-        dense = DenseRetriever(DenseConfig(model=cfg.encoder, tool_text=style, progress=False))
+        dense = DenseRetriever(DenseConfig(model=cfg.encoder, tool_text=style))
         dense.index(tools)  # same sort order as ``tools``
         vectors = dense.tool_vectors
     proposed = propose_links(tools, documents, cfg) if cfg.links else None
@@ -175,7 +176,8 @@ def propose_links(tools: list[Tool], documents: dict[str, str], cfg: GraphConfig
     retriever = load(cfg.links)
     retriever.index([document_tool(t.id, documents[t.id]) for t in tools])
     order = {t.id: i for i, t in enumerate(tools)}
-    ranking = retriever.retrieve([LINK_QUERY_PREFIX + documents[t.id] for t in tools], cfg.links_m + 1)
+    ranking = retriever.retrieve([LINK_QUERY_PREFIX + documents[t.id] for t in tools], cfg.links_m + 1,
+                                 progress="proposing links")
     return [[order[j] for j in row if j != t.id][: cfg.links_m] for t, row in zip(tools, ranking.ids, strict=True)]
 
 

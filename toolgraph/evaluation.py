@@ -79,10 +79,11 @@ def evaluate(retriever: Retriever, ds: ToolDataset, split: str, cfg: EvalConfig)
         steps, counts = query_steps(queries, cfg.steps)
         notes.update(steps=counts, step_merge=cfg.step_merge)
     t0 = time.perf_counter()
+    label = f"ranking {split}"  # a progress bar over the queries, with an ETA
     if steps is None:
-        ranking = retriever.retrieve(texts, depth, cfg.batch_size)
+        ranking = retriever.retrieve(texts, depth, cfg.batch_size, label)
     else:
-        ranking = retriever.retrieve_steps(steps, depth, cfg.step_merge, cfg.batch_size)
+        ranking = retriever.retrieve_steps(steps, depth, cfg.step_merge, cfg.batch_size, label)
     timings["retrieve_s"] = time.perf_counter() - t0
     timings["queries_per_s"] = len(queries) / max(timings["retrieve_s"], 1e-9)
     golds = [list(q.tools) for q in queries]
@@ -99,7 +100,8 @@ def evaluate(retriever: Retriever, ds: ToolDataset, split: str, cfg: EvalConfig)
     owner = ds.agent_of()
     if cfg.agent_level and owner:
         if getattr(retriever, "ranks_agents", False):  # agent routers rank agents themselves
-            agent_rank = retriever.retrieve_agents(texts, depth, steps, cfg.batch_size, cfg.step_merge).ids
+            agent_rank = retriever.retrieve_agents(texts, depth, steps, cfg.batch_size, cfg.step_merge,
+                                                   f"ranking agents {split}").ids
         else:
             agent_rank = [M.roll_up(r, owner) for r in ranking.ids]
         agent_gold = [sorted({owner[t] for t in g if t in owner}) for g in golds]

@@ -28,6 +28,7 @@ from toolgraph.config import TrainConfig, config_from_dict, to_dict, to_yaml
 from toolgraph.errors import ConfigError
 from toolgraph.evaluation import check_output_folder, retire_results, sigterm_deferred, write_text_atomic
 from toolgraph.registry import TASKS
+from toolgraph.retrieval.progress import progress_enabled
 
 __all__ = ["TrainConfig", "build_trainer", "check_resume", "config_from_dict", "resolve_resume", "train"]
 
@@ -123,7 +124,7 @@ def build_trainer(cfg: TrainConfig, out: Path) -> L.Trainer:
         val_check_interval=t.val_check_interval, check_val_every_n_epoch=t.check_val_every_n_epoch,
         limit_train_batches=t.limit_train_batches, limit_val_batches=t.limit_val_batches,
         log_every_n_steps=t.log_every_n_steps, deterministic=t.deterministic,
-        enable_progress_bar=t.enable_progress_bar, num_sanity_val_steps=t.num_sanity_val_steps,
+        enable_progress_bar=progress_enabled(t.enable_progress_bar), num_sanity_val_steps=t.num_sanity_val_steps,
         logger=loggers or False, callbacks=callbacks, default_root_dir=str(out),
         use_distributed_sampler=False,  # our batch sampler shards by rank itself
     )

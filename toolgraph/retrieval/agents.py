@@ -52,6 +52,7 @@ from toolgraph.registry import RETRIEVERS
 from toolgraph.retrieval.base import Ranking, Retriever, RetrieverConfig
 from toolgraph.retrieval.manifest import mark_writing
 from toolgraph.retrieval.pipeline import _save_with
+from toolgraph.retrieval.progress import batches
 from toolgraph.retrieval.steps import merged_scores, ranks
 from toolgraph.retrieval.topk import topk
 
@@ -258,17 +259,17 @@ class AgentRetriever(Retriever):
         return self.tool_scores(queries)
 
     def retrieve_agents(self, queries: Sequence[str], k: int, steps: Sequence[Sequence[str]] | None = None,
-                        batch_size: int = 256, merge: str | None = None) -> Ranking:
+                        batch_size: int = 256, merge: str | None = None, progress: bool | str = False) -> Ranking:
         """Top-k agents per query; with ``steps`` (one list per query) each step is scored and the
         scores merged by ``merge`` (default: ``step_merge`` of the config)."""
         if not self.agents:
             raise RuntimeError(f"{type(self).__name__}: index(tools, agents) before retrieve_agents()")
         ids, scores = [], []
-        for lo in range(0, len(queries), batch_size):
+        for part in batches(len(queries), batch_size, progress):
             if steps is None:
-                s = self.agent_scores(list(queries[lo:lo + batch_size]))
+                s = self.agent_scores(list(queries[part]))
             else:
-                s = merged_scores(self.agent_scores, [list(x) for x in steps[lo:lo + batch_size]],
+                s = merged_scores(self.agent_scores, [list(x) for x in steps[part]],
                                   merge or self.config.step_merge, self.config.rrf_k)
             values, idx = topk(s, k)
             scores.append(values)

@@ -26,6 +26,7 @@ from toolgraph.data.schema import Tool, ToolDataset, natural_key
 from toolgraph.errors import ConfigError, DataError
 from toolgraph.registry import RETRIEVERS
 from toolgraph.retrieval.manifest import MANIFEST, check_manifest, mark_writing, write_manifest
+from toolgraph.retrieval.progress import batches
 from toolgraph.retrieval.steps import merged_scores
 from toolgraph.retrieval.topk import topk
 
@@ -90,40 +91,42 @@ class Retriever(ABC):
         self.tools = sorted(tools, key=lambda t: natural_key(t.id))
         self._build()
 
-    def retrieve(self, queries: Sequence[str], k: int, batch_size: int = 256) -> Ranking:
+    def retrieve(self, queries: Sequence[str], k: int, batch_size: int = 256, progress: bool | str = False) -> Ranking:
+        """Top-k tools per query, ``batch_size`` queries at a time; ``progress``: a bar (its label)
+        over the queries, with an ETA (``retrieval/progress.py``)."""
         if not self.tools:
             raise RuntimeError(f"{type(self).__name__}: index(tools) before retrieve()")
         ids: list[list[str]] = []
         scores: list[torch.Tensor] = []
-        for lo in range(0, len(queries), batch_size):
-            values, indices = self._search(list(queries[lo:lo + batch_size]), k)
+        for part in batches(len(queries), batch_size, progress):
+            values, indices = self._search(list(queries[part]), k)
             scores.append(values)
             ids += [[self.tools[i].id for i in row] for row in indices.tolist()]
         return Ranking(ids, torch.cat(scores) if scores else torch.zeros(0, k))
 
     def retrieve_steps(self, step_lists: Sequence[Sequence[str]], k: int, merge: str = "max",
-                       batch_size: int = 256) -> Ranking:
+                       batch_size: int = 256, progress: bool | str = False) -> Ranking:
         """Step-wise querying: each task's steps are scored separately and merged into one ranking
         by ``merge`` (max | interleave | rrf; see retrieval/steps.py)."""
         if not self.tools:
             raise RuntimeError(f"{type(self).__name__}: index(tools) before retrieve_steps()")
         ids: list[list[str]] = []
         scores: list[torch.Tensor] = []
-        for lo in range(0, len(step_lists), batch_size):
-            chunk = [list(s) for s in step_lists[lo:lo + batch_size]]
+        for part in batches(len(step_lists), batch_size, progress):
+            chunk = [list(s) for s in step_lists[part]]
             values, indices = topk(merged_scores(self.score, chunk, merge), k)
             scores.append(values)
             ids += [[self.tools[i].id for i in row] for row in indices.tolist()]
         return Ranking(ids, torch.cat(scores) if scores else torch.zeros(0, k))
 
     def retrieve_agents(self, queries: Sequence[str], k: int, steps: Sequence[Sequence[str]] | None = None,
-                        batch_size: int = 256, merge: str | None = None) -> Ranking:
+                        batch_size: int = 256, merge: str | None = None, progress: bool | str = False) -> Ranking:
         """Top-k agents (tool owners) per query: the full tool ranking rolled up, each agent scored by
         its best tool. Agent routers (retrieval/agents.py) rank agents themselves."""
         owner = self._owners()
         n = len(self.tools)
-        tools = (self.retrieve(queries, n, batch_size) if steps is None
-                 else self.retrieve_steps(steps, n, merge or "max", batch_size))
+        tools = (self.retrieve(queries, n, batch_size, progress) if steps is None
+                 else self.retrieve_steps(steps, n, merge or "max", batch_size, progress))
         return _roll_up(tools, owner, k)
 
     def retrieve_agents_and_tools(self, queries: Sequence[str], k: int) -> tuple[Ranking, Ranking]:

@@ -12,6 +12,7 @@ import torch
 from toolgraph.config import bounded
 from toolgraph.registry import RETRIEVERS
 from toolgraph.retrieval.base import Retriever, RetrieverConfig
+from toolgraph.retrieval.progress import progress_enabled
 
 
 @dataclass
@@ -30,9 +31,11 @@ class BM25Retriever(Retriever):
 
     def _build(self) -> None:
         cfg = self.config
-        tokens = bm25s.tokenize(self.documents(), stopwords=cfg.stopwords, show_progress=False)
+        show = progress_enabled()  # a large corpus (BEIR) takes a while; query batches in score() stay quiet:
+        # evaluate() has one bar over all the queries
+        tokens = bm25s.tokenize(self.documents(), stopwords=cfg.stopwords, show_progress=show)
         self._bm25 = bm25s.BM25(k1=cfg.k1, b=cfg.b, method=cfg.method)
-        self._bm25.index(tokens, show_progress=False)
+        self._bm25.index(tokens, show_progress=show)
 
     def score(self, queries: list[str]) -> torch.Tensor:
         # full score vectors (not bm25s.retrieve) so ties are broken by tool id, like every retriever

@@ -198,12 +198,12 @@ class NodeText:
     cache_dir: str | None = ".cache/embeddings"
 
 
-def text_embedder(cfg: NodeText, progress: bool = False) -> DenseRetriever:
+def text_embedder(cfg: NodeText) -> DenseRetriever:
     """A DenseRetriever used only for its cached ``embed`` (texts -> [n, D]): the text side of the
-    graph retrievers and of ``data.graph.build_graph``."""
+    graph retrievers and of ``data.graph.build_graph`` (with a bar while it encodes; the server's
+    ``embedding_cache_off`` encodes quietly)."""
     return DenseRetriever(DenseConfig(model=cfg.encoder, tool_text=cfg.tool_text, max_length=cfg.max_tool_length,
-                                      query_max_length=cfg.max_query_length, cache_dir=cfg.cache_dir,
-                                      progress=progress))
+                                      query_max_length=cfg.max_query_length, cache_dir=cfg.cache_dir))
 
 
 def text_embedder_for(cfg: Any) -> DenseRetriever:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import torch
-from tqdm.auto import tqdm
 
 from toolgraph.nn.encoder import TextEncoder
+from toolgraph.retrieval.progress import batches
 
 
 @torch.inference_mode()
@@ -20,14 +20,11 @@ def encode_texts(encoder: TextEncoder, tokenizer, texts: list[str], batch_size: 
     lengths = [len(t) for t in texts]  # characters: a cheap proxy for tokens
     order = sorted(range(len(texts)), key=lambda i: -lengths[i])
     out = torch.empty(len(texts), encoder.dim)
-    desc = progress if isinstance(progress, str) else "encoding"
-    bar = tqdm(total=len(texts), desc=desc, unit="text", disable=not progress, leave=False)
-    for lo in range(0, len(order), batch_size):
-        idx = order[lo:lo + batch_size]
+    label = "encoding" if progress is True else progress
+    for part in batches(len(order), batch_size, label, unit="text", leave=False):  # often inside a ranking's bar
+        idx = order[part]
         batch = tokenizer([texts[i] for i in idx], padding=True, truncation=True, max_length=max_length,
                           return_tensors="pt")
         batch = {k: v.to(device) for k, v in batch.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
         out[idx] = encoder(**batch).float().cpu()  # [B, H]
-        bar.update(len(idx))
-    bar.close()
     return out

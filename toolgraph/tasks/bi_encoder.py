@@ -265,8 +265,7 @@ class BiEncoderTask(RetrievalTask):
         if not m.shared:
             raise ConfigError("two-tower bi-encoders cannot become a single-encoder DenseRetriever; use shared: true")
         cfg = DenseConfig(model="encoder", pooling=m.pooling, normalize=m.normalize, max_length=d.max_tool_length,
-                          query_max_length=d.eval_max_query_length, tool_text=m.tool_text, cache_dir=None,
-                          progress=False)
+                          query_max_length=d.eval_max_query_length, tool_text=m.tool_text, cache_dir=None)
         r = DenseRetriever(cfg, encoder=copy.deepcopy(self.query_encoder).cpu().eval(), tokenizer=self.tokenizer)
         r.index(self.catalog if tools is None else tools)
         return r
@@ -293,7 +292,7 @@ def mine_hard_negatives(dm: ToolTextDataModule, source: str, depth: int, tool_te
     ``source``: "bm25", or anything ``toolgraph.load`` reads (a saved retriever, a checkpoint)."""
     r = BM25Retriever(BM25Config(tool_text=tool_text)) if source == "bm25" else load(source)
     r.index(dm.tools)
-    ranking = r.retrieve([q.text for q in dm.train_queries], depth + 8)
+    ranking = r.retrieve([q.text for q in dm.train_queries], depth + 8, progress="mining hard negatives")
     out = []
     n = len(dm.tools)
     for ids, gold in zip(ranking.ids, dm.train_gold):

@@ -103,7 +103,7 @@ class ClassifierTask(RetrievalTask):
     def as_retriever(self, tools: list[Tool] | None = None) -> Any:
         m, d = self.model_cfg, self.cfg.data
         cfg = ClassifierRetrieverConfig(pooling=m.pooling, max_length=d.eval_max_query_length,
-                                        query_max_length=d.eval_max_query_length, cache_dir=None, progress=False)
+                                        query_max_length=d.eval_max_query_length, cache_dir=None)
         r = ClassifierRetriever(cfg, encoder=copy.deepcopy(self.encoder).cpu().eval(), tokenizer=self.tokenizer,
                                 head=self.model.head, head_tools=[t.id for t in self.catalog])
         r.index(self.catalog if tools is None else tools)

@@ -85,13 +85,13 @@ class GraphTask(RetrievalTask):
                         d.eval_max_query_length, self.model_cfg.cache_dir)
 
     # ---- data ---------------------------------------------------------------------------------
-    def build_graph(self, ds: ToolDataset, progress: bool = False) -> ToolGraph:
+    def build_graph(self, ds: ToolDataset) -> ToolGraph:
         m = self.model_cfg
-        return build_graph(ds, text_embedder(self.node_text(), progress), m.edges, m.dependencies,
+        return build_graph(ds, text_embedder(self.node_text()), m.edges, m.dependencies,
                            m.dependency_threshold, query_max_length=self.cfg.data.eval_max_query_length)
 
     def make_datamodule(self, ds: ToolDataset, data_cfg: Any, seed: int) -> L.LightningDataModule:
-        self.graph = self.build_graph(ds, progress=True)
+        self.graph = self.build_graph(ds)
         self.gnn.fit_features(torch.cat([self.graph.data["query"].x, self.graph.data["tool"].x]))
         return graph_datamodule(ds, self.graph, data_cfg, seed)
 

@@ -74,7 +74,7 @@ class RefinerTask(RerankTask):
     def _vector_spec(self) -> dict[str, Any]:
         m = self.model_cfg
         return {"name": "tool2vec" if m.vectors == "tool2vec" else "dense", "model": m.vector_encoder,
-                "tool_text": m.tool_text, "cache_dir": m.cache_dir, "progress": False}
+                "tool_text": m.tool_text, "cache_dir": m.cache_dir}
 
     def prepare_tools(self, ds: ToolDataset, dm: RerankDataModule) -> None:
         dm.tokenize_train = not self.model_cfg.freeze_layers  # cached states replace tokens

@@ -46,7 +46,7 @@ class RerankConfig(TaskConfig):
 def first_stage_spec(m: RerankConfig) -> Any:
     if m.first_stage in ("tool2vec", "dense"):
         return {"name": m.first_stage, "model": m.first_stage_encoder, "tool_text": m.tool_text,
-                "cache_dir": m.cache_dir, "progress": False}
+                "cache_dir": m.cache_dir}
     if m.first_stage == "bm25":
         return {"name": "bm25", "tool_text": m.tool_text}
     return m.first_stage
@@ -90,11 +90,12 @@ class RerankTask(RetrievalTask):
         self.first_stage.fit(ds)
         self.first_stage.index(dm.tools)
         pos = dm.tool_index
-        train = self.first_stage.retrieve([q.text for q in dm.train_queries], m.candidates)
+        train = self.first_stage.retrieve([q.text for q in dm.train_queries], m.candidates,
+                                          progress="first-stage candidates (train)")
         dm.train_ranked = [[pos[t] for t in ids] for ids in train.ids]
         depth = max(self.n_eval, max(self.cfg.eval.ks))
         texts = sorted({q.text for s in (data_cfg.val_split, data_cfg.test_split) for q in ds.split(s)})
-        ranked = self.first_stage.retrieve(texts, depth)
+        ranked = self.first_stage.retrieve(texts, depth, progress="first-stage candidates (val, test)")
         dm.eval_ranked = {t: [pos[i] for i in ids] for t, ids in zip(texts, ranked.ids, strict=True)}
         dm.eval_scores = {t: ranked.scores[i, :len(ids)].float() for i, (t, ids) in enumerate(zip(texts, ranked.ids))}
         self.prepare_tools(ds, dm)

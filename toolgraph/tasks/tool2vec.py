@@ -109,19 +109,19 @@ class Tool2VecTask(BiEncoderTask):
         return dm
 
     def prepare_scoring(self) -> None:
-        r = self.as_retriever(encoder=self.query_encoder)
+        r = self.as_retriever(encoder=self.query_encoder, progress=False)  # inside Lightning's val/test bar
         self.tool_vectors = r.tool_vectors.to(self.device)  # [N, H] in catalog order
 
     def checkpoint_artifacts(self) -> dict[str, Any]:
         return {**super().checkpoint_artifacts(), "usage": self.usage}
 
-    def as_retriever(self, tools: list[Tool] | None = None, encoder=None) -> Any:
+    def as_retriever(self, tools: list[Tool] | None = None, encoder=None, progress: bool = True) -> Any:
         from toolgraph.retrieval.tool2vec import Tool2VecConfig, Tool2VecRetriever
 
         m, d = self.model_cfg, self.cfg.data
         cfg = Tool2VecConfig(model="encoder", pooling=m.pooling, normalize=m.normalize, max_length=d.max_tool_length,
                              query_max_length=d.eval_max_query_length, tool_text=m.tool_text, cache_dir=None,
-                             progress=False, usage_weight=m.usage_weight, batch_size=d.eval_batch_size)
+                             progress=progress, usage_weight=m.usage_weight, batch_size=d.eval_batch_size)
         enc = encoder if encoder is not None else copy.deepcopy(self.query_encoder).cpu().eval()
         was_training = enc.training
         r = Tool2VecRetriever(cfg, encoder=enc, tokenizer=self.tokenizer)

@@ -1,0 +1,380 @@
+"""Every shell command shown in README.md and docs/*.md is checked, so a documented command cannot rot.
+
+A command is a line of a ```bash (or sh, shell) block (lines ending in a backslash joined; blank and ``#`` lines
+skipped). ``RULES`` gives it a kind, first match wins:
+
+- ``run``: quick on real data, so it runs here verbatim with bash, in a temporary folder that holds
+  the repository's configs/, benchmarks/, train.py and evaluate.py (``runs/...`` lands there);
+- ``resolve``: too long to run in a test (a training, a MiniLM evaluation, a benchmark); its configs,
+  override keys and values load (the command with ``--print-config``, stopped where work would
+  start), or a benchmark's arguments parse;
+- ``covered``: needs a server or the output of an hour-long run; the named tests run the same CLI
+  path on tiny models (the test checks they exist);
+- ``gpu`` / ``cluster``: the docs line says so in a trailing comment, and its configs resolve;
+- ``ci``: ``make test``, which CI runs itself.
+
+A command that no rule matches fails with its page and line: add a rule (or extend one) below.
+"""
+
+import argparse
+import ast
+import importlib.util
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+OFFLINE = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "WANDB_MODE": "disabled",
+    "TOKENIZERS_PARALLELISM": "false",
+}
+
+# (regex over the command without its comment, kind, tests that cover it: "file.py::function").
+# Ordered: the first match wins. A run must take seconds (MiniLM encodes ~75 texts/s on 2 cores).
+RULES: list[tuple[str, str, tuple[str, ...]]] = [
+    (r"^make test$", "ci", ()),
+    (r"^make demo$", "resolve", ()),  # make -n demo: each python step resolves, the report reads their outputs
+    (r"^torchrun .*--nnodes=(?!1 )\d|^(sbatch|srun) ", "cluster", ()),
+    (r"--config configs/cluster/\d+gpu\.yaml", "gpu", ()),
+    (r"^toolgraph data (list|stats|export|tdi build)( |$)", "run", ()),
+    (r"^python evaluate\.py --config configs/(retriever|eval)/bm25[\w-]*\.yaml", "run", ()),
+    (r"^toolgraph serve --retriever \S+$", "covered", ("test_serving.py::test_mcp_over_stdio",)),
+    (
+        r"^toolgraph serve --retriever \S+ --transport http",
+        "covered",
+        ("test_serving.py::test_mcp_over_streamable_http_and_json_routes",),
+    ),
+    (
+        r"^curl \S*http://127\.0\.0\.1:\d+/search",
+        "covered",
+        ("test_serving.py::test_mcp_over_streamable_http_and_json_routes",),
+    ),
+    (
+        r"^toolgraph index sync ",
+        "covered",
+        (
+            "test_serving.py::test_sync_counts_and_cli",
+            "test_serving.py::test_sync_cli_creates_an_index_from_a_retriever_config",
+            "test_sync_safety.py::test_an_empty_folder_may_be_used_and_created_is_true_only_when_created",
+        ),
+    ),
+    (
+        r"^toolgraph retrieve --checkpoint runs/",
+        "covered",
+        ("test_training.py::test_retrieve_command_prints_top_tools",),
+    ),
+    (
+        r"^python evaluate\.py --checkpoint runs/",
+        "covered",
+        ("test_training.py::test_evaluate_with_checkpoint_uses_the_runs_data",),
+    ),
+    (r"^toolgraph graph build --discriminator runs/", "covered", ("test_depgraph.py::test_cli_graph_build",)),
+    (  # the folders come from MiniLM evaluations and trainings (minutes to an hour here)
+        r"^toolgraph report runs/",
+        "covered",
+        (
+            "test_docs_commands.py::test_report_prints_the_table_of_evaluation_folders",
+            "test_report.py::test_the_page_loads_in_headless_chromium_without_errors",
+        ),
+    ),
+    (r"^(python (train|evaluate)\.py|toolgraph (train|evaluate)) ", "resolve", ()),
+    (r"^python benchmarks/\w+\.py( |$)", "resolve", ()),
+]
+MARK_WORDS = {"gpu": r"\bgpus?\b", "cluster": r"\bcluster\b"}  # what a gpu / cluster line's comment must say
+
+
+@dataclass(frozen=True)
+class Command:
+    page: str
+    line: int
+    command: str  # without the comment
+    comment: str
+
+    @property
+    def where(self) -> str:
+        return f"{self.page}:{self.line}"
+
+    @property
+    def rule(self) -> tuple[str, str, tuple[str, ...]] | None:
+        return next((r for r in RULES if re.search(r[0], self.command)), None)
+
+    @property
+    def kind(self) -> str | None:
+        return self.rule[1] if self.rule else None
+
+
+def split_comment(text: str) -> tuple[str, str]:
+    """``cmd  # note`` -> ("cmd", "note"); a ``#`` inside quotes or inside a word is not a comment."""
+    quote = None
+    for i, ch in enumerate(text):
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#" and (i == 0 or text[i - 1].isspace()):
+            return text[:i].strip(), text[i + 1 :].strip()
+    return text.strip(), ""
+
+
+def docs_commands() -> list[Command]:
+    out = []
+    for page in PAGES:
+        lines = page.read_text(encoding="utf-8").splitlines()
+        in_bash, i = False, 0
+        while i < len(lines):
+            stripped = lines[i].strip()
+            if stripped.startswith("```"):
+                in_bash = not in_bash and stripped[3:].strip() in ("bash", "sh", "shell")
+            elif in_bash and stripped and not stripped.startswith("#"):
+                start, text = i + 1, stripped
+                while text.endswith("\\") and i + 1 < len(lines):
+                    i += 1
+                    text = text[:-1].rstrip() + " " + lines[i].strip()
+                out.append(Command(page.relative_to(ROOT).as_posix(), start, *split_comment(text)))
+            i += 1
+    return out
+
+
+COMMANDS = docs_commands()
+
+
+def _marks(cmd: Command) -> list:
+    return [pytest.mark.realdata, pytest.mark.slow] if cmd.kind == "run" else []
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the rule table
+
+
+def test_the_docs_show_commands_and_every_one_is_classified():
+    assert len(COMMANDS) >= 50 and {c.page for c in COMMANDS} >= {"README.md", "docs/getting-started.md"}
+    unclassified = [f"{c.where}: {c.command}" for c in COMMANDS if c.kind is None]
+    assert not unclassified, "classify these docs commands in RULES of tests/test_docs_commands.py:\n" + "\n".join(
+        unclassified
+    )
+
+
+def test_every_rule_matches_a_docs_command():
+    used = {c.rule[0] for c in COMMANDS if c.rule}
+    assert not [r for r, _, _ in RULES if r not in used], "rules no docs command uses: remove them"
+
+
+def test_split_comment():
+    assert split_comment('curl "http://h/s?q=a#b&k=5"   # JSON; also /health') == (
+        'curl "http://h/s?q=a#b&k=5"',
+        "JSON; also /health",
+    )
+    assert split_comment("make demo") == ("make demo", "")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# resolving a command: everything up to the point where its work would start
+
+
+class Resolved(Exception):
+    """Raised where a stubbed command would start its work; carries the resolved config (or parsed args)."""
+
+    def __init__(self, value):
+        super().__init__("resolved")
+        self.value = value
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> Path:
+    """A folder where the docs' relative paths (configs/..., benchmarks/..., train.py) resolve."""
+    work = tmp_path_factory.mktemp("docs-commands")
+    for name in ("configs", "benchmarks", "train.py", "evaluate.py"):
+        (work / name).symlink_to(ROOT / name)
+    return work
+
+
+def resolve_cli(argv: list[str], monkeypatch, capsys):
+    """``toolgraph <argv>`` up to its config: train / evaluate stop where training or the dataset would
+    start, after ``--print-config`` printed the resolved YAML (returned as a dict); graph build stops
+    where the dataset would load."""
+    import toolgraph.data
+    import toolgraph.training
+    from toolgraph.cli import main
+    from toolgraph.registry import DATASETS
+
+    def stop(value, *args, **kwargs):
+        raise Resolved(value)
+
+    monkeypatch.setattr(toolgraph.training, "train", stop)
+    monkeypatch.setattr(toolgraph.data, "prepare_dataset", stop)
+    monkeypatch.setattr(toolgraph.data, "load_dataset", stop)
+    if argv[0] in ("train", "evaluate") and "--print-config" not in argv:
+        argv = [*argv, "--print-config"]
+    try:
+        rc = main(argv)
+    except Resolved as r:
+        stopped_at = r.value
+    else:
+        pytest.fail(f"toolgraph {shlex.join(argv)} exited {rc} before its work: {capsys.readouterr().err[-2000:]}")
+    if argv[0] not in ("train", "evaluate"):  # graph build: load_dataset's first argument is the dataset
+        cfg, name = {}, stopped_at
+    else:
+        cfg = yaml.safe_load(capsys.readouterr().out)
+        assert isinstance(cfg, dict) and "data" in cfg, f"--print-config printed no config: {cfg}"
+        name = cfg["data"]["name"]
+    if cfg.get("model", {}).get("name") != "discriminator":  # which reads data.name=tdi as its pair sets
+        assert name in DATASETS.names() or Path(name).is_dir(), f"{name!r} is not a registered dataset"
+    return cfg
+
+
+def resolve_benchmark(args: list[str], monkeypatch, capsys):
+    """``python benchmarks/X.py <args>``: the script's own parser accepts the arguments (stopped there)."""
+    script = ROOT / args[0]
+    spec = importlib.util.spec_from_file_location(f"_benchmark_{script.stem}", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    parse = argparse.ArgumentParser.parse_args
+
+    def stop(self, *a, **k):
+        raise Resolved(parse(self, *a, **k))
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", stop)
+    monkeypatch.setattr(sys, "argv", [str(script), *args[1:]])
+    try:
+        module.main()
+    except Resolved as r:
+        return r.value
+    except SystemExit as e:
+        pytest.fail(f"python {shlex.join(args)}: exit {e.code}: {capsys.readouterr().err[-2000:]}")
+    pytest.fail(f"python {shlex.join(args)} never parsed its arguments")
+
+
+def resolve_make_demo(monkeypatch, capsys) -> None:
+    """``make -n demo``: each python step resolves, and the report reads the folders those steps write."""
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    proc = subprocess.run(["make", "-n", "demo"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    outputs, reported = [], None
+    for line in proc.stdout.splitlines():
+        argv = shlex.split(line)
+        if Path(argv[0]).name == "python" and argv[1] in ("train.py", "evaluate.py"):
+            cfg = resolve_cli([argv[1].removesuffix(".py"), *argv[2:]], monkeypatch, capsys)
+            outputs.append(cfg["out_dir"] if argv[1] == "train.py" else cfg["out"])
+        elif Path(argv[0]).name == "toolgraph" and argv[1] == "report":
+            reported = argv[2:]
+    assert len(outputs) >= 2 and reported == outputs, (outputs, reported)
+
+
+def resolve(cmd: Command, monkeypatch, capsys) -> bool:
+    """Resolve what can be resolved of ``cmd``; False when it is nothing this file knows how to resolve."""
+    argv = shlex.split(cmd.command)
+    if argv[0] == "torchrun":  # the launcher's own options, then the script
+        argv = ["python", *argv[next(i for i, a in enumerate(argv) if a.endswith(".py")) :]]
+    if argv[:2] == ["make", "demo"]:
+        resolve_make_demo(monkeypatch, capsys)
+    elif argv[0] == "python" and argv[1].startswith("benchmarks/"):
+        resolve_benchmark(argv[1:], monkeypatch, capsys)
+    elif argv[0] == "python" and argv[1] in ("train.py", "evaluate.py"):
+        resolve_cli([argv[1].removesuffix(".py"), *argv[2:]], monkeypatch, capsys)
+    elif argv[0] == "toolgraph" and argv[1] in ("train", "evaluate", "graph"):
+        resolve_cli(argv[1:], monkeypatch, capsys)
+    else:
+        return False
+    return True
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# running the quick ones
+
+
+def _paths(command: str) -> set[str]:
+    """The files a command names (``runs/x``, ``out/y``, also as ``key=runs/x``), but not the repository's."""
+    words = [w.rpartition("=")[2] for w in shlex.split(command)]
+    return {w for w in words if "/" in w and not w.startswith(("configs/", "benchmarks/", "http"))}
+
+
+@pytest.fixture(scope="module")
+def ran(data_root, tmp_path_factory) -> tuple[Path, dict[str, subprocess.CompletedProcess]]:
+    """Each ``run`` command once (a command shown on several pages runs once) in one temporary folder,
+    two at a time (the 2 cores CI has); a command that names a path an earlier one names (its output)
+    starts after that one ends, so a producer must come first in the docs."""
+    work = tmp_path_factory.mktemp("docs-run")
+    for name in ("configs", "benchmarks", "train.py", "evaluate.py"):
+        (work / name).symlink_to(ROOT / name)
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    env = {**os.environ, **OFFLINE, "TOOLGRAPH_DATA": str(data_root), "PATH": path}
+
+    def run(command: str, after: list[Future]) -> subprocess.CompletedProcess:
+        wait(after)
+        return subprocess.run(["bash", "-c", command], cwd=work, env=env, capture_output=True, text=True, timeout=600)
+
+    futures: dict[str, Future] = {}
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        for command in dict.fromkeys(c.command for c in COMMANDS if c.kind == "run"):
+            after = [f for earlier, f in futures.items() if _paths(earlier) & _paths(command)]
+            futures[command] = pool.submit(run, command, after)
+    return work, {command: f.result() for command, f in futures.items()}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# each command
+
+
+def _test_functions(file: str) -> set[str]:
+    tree = ast.parse((ROOT / "tests" / file).read_text(encoding="utf-8"))
+    return {n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
+
+
+@pytest.mark.parametrize("cmd", [pytest.param(c, id=c.where, marks=_marks(c)) for c in COMMANDS])
+def test_docs_command(cmd, request, workdir, monkeypatch, capsys):
+    if cmd.kind is None:
+        pytest.fail(f"{cmd.where}: `{cmd.command}` matches no rule: classify it in RULES of {Path(__file__).name}")
+    if cmd.kind in MARK_WORDS:
+        assert re.search(MARK_WORDS[cmd.kind], cmd.comment, re.I), (
+            f"{cmd.where}: a {cmd.kind} command; end the docs line with a comment saying so (# {cmd.kind.upper()})"
+        )
+    if cmd.kind == "ci":
+        assert re.search(r"^test:.*\n(\t.*\n)*\t.*pytest", (ROOT / "Makefile").read_text(), re.M)
+    elif cmd.kind == "covered":
+        missing = [t for t in cmd.rule[2] if t.partition("::")[2] not in _test_functions(t.partition("::")[0])]
+        assert cmd.rule[2] and not missing, f"{cmd.where}: no such tests {missing}"
+    elif cmd.kind == "run":
+        work, results = request.getfixturevalue("ran")
+        proc = results[cmd.command]
+        assert proc.returncode == 0, f"{cmd.where}: `{cmd.command}` exited {proc.returncode}:\n{proc.stderr[-3000:]}"
+        argv = shlex.split(cmd.command)
+        if "--out" in argv:
+            assert (work / argv[argv.index("--out") + 1] / "results.json").is_file()
+    monkeypatch.chdir(workdir)
+    if cmd.kind != "run":  # gpu, cluster and covered commands resolve where they can; a resolve command must
+        assert resolve(cmd, monkeypatch, capsys) or cmd.kind != "resolve", f"{cmd.where}: nothing resolves it"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# CLI paths of docs commands that no other test runs
+
+
+def test_report_prints_the_table_of_evaluation_folders(tiny_dataset_dir, tmp_path, capsys):
+    """``toolgraph report A B`` (and ``--html``) over two evaluation folders."""
+    from toolgraph.cli import main
+
+    runs = {tmp_path / "bm25": [], tmp_path / "bm25_k1": ["retriever.k1=0.5"]}
+    for out, overrides in runs.items():
+        assert (
+            main(["evaluate", f"data.name={tiny_dataset_dir}", "retriever.name=bm25", *overrides, "--out", str(out)])
+            == 0
+        )
+    capsys.readouterr()
+    assert main(["report", *map(str, runs), "--html", str(tmp_path / "report.html")]) == 0
+    printed = capsys.readouterr().out
+    assert "bm25 (bm25)" in printed and "bm25 (bm25_k1)" in printed and "recall@5" in printed
+    assert (tmp_path / "report.html").stat().st_size > 1000

@@ -250,6 +250,7 @@ class TextDataConfig(DataConfig):
     eval_max_query_length: int = bounded(128, ge=1)  # val/test and the exported retriever: long queries kept whole
     num_workers: int = bounded(0, ge=0)
     bucket_by_length: bool = False  # training batches of queries of similar length (less padding)
+    mixture_temperature: float = bounded(2.0, gt=0)  # data.name mixture: dataset g drawn ∝ n_g^(1/T) (1 = by size)
     val_split: str = "val"  # the split validated on during fit
     test_split: str = "test"
 

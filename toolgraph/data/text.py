@@ -32,10 +32,15 @@ class ContrastiveBatchSampler(Sampler[list[tuple[int, int, int]]]):
     (mid-epoch resume)."""
 
     def __init__(self, gold: Sequence[Sequence[int]], batch_size: int, seed: int = 0, rank: int = 0, world: int = 1,
-                 hard_negatives: Sequence[Sequence[int]] | None = None, lengths: Sequence[int] | None = None):
+                 hard_negatives: Sequence[Sequence[int]] | None = None, lengths: Sequence[int] | None = None,
+                 groups: Sequence[int] | None = None, temperature: float = 1.0):
         self.gold = [list(g) for g in gold]
         self.hard = hard_negatives
         self.lengths = lengths  # query lengths in tokens: batches of similar lengths (little padding)
+        self.groups = list(groups) if groups is not None else None  # source dataset of each query (mixtures)
+        self.temperature = temperature
+        if self.groups is not None and len(self.groups) != len(self.gold):
+            raise ValueError(f"{len(self.groups)} groups for {len(self.gold)} queries")
         if any(not g for g in self.gold):
             raise ValueError("every training query needs at least one gold tool")
         self.batch_size, self.seed, self.rank, self.world = batch_size, seed, rank, world
@@ -50,16 +55,51 @@ class ContrastiveBatchSampler(Sampler[list[tuple[int, int, int]]]):
     def plan(self) -> list[list[tuple[int, int, int]]]:
         """The global batch plan of this epoch, before sharding (cached per epoch).
 
-        Queries come in a seeded random order; each goes to the first open batch where one of
-        its gold tools is still absent (its gold tools tried in a random order), so a popular tool
-        is the positive at most once a batch and its queries fall back to their other tools
-        (first-fit with one fixed tool per query used only 27 % of ToolLens an epoch). Queries that fit nowhere wait until the end and
-        then fill batches even with a repeated tool: the false-negative mask still keeps those
-        correct, and ``duplicates`` counts them. Only the last, incomplete batches are dropped."""
+        Without groups: every query once, packed by ``pack``. With groups (a mixture of datasets) every
+        batch holds queries of one group, so its negatives come from one catalog; group g gets a share
+        of the epoch's batches proportional to n_g^(1/T) (``temperature`` T: 1 = by size, larger = flatter,
+        small groups repeated and large ones subsampled), its queries packed pass after pass as needed."""
         if self._plan is not None and self._plan[0] == self.epoch:
             return self._plan[1]
         rng = random.Random(self.seed * 1_000_003 + self.epoch)
-        order = list(range(len(self.gold)))
+        if self.groups is None:
+            full = self.pack(list(range(len(self.gold))), rng)
+        else:
+            members: dict[int, list[int]] = {}
+            for q, g in enumerate(self.groups):
+                members.setdefault(g, []).append(q)
+            total = max(1, len(self.gold) // self.batch_size)
+            weight = {g: len(m) ** (1.0 / self.temperature) for g, m in members.items()}
+            norm = sum(weight.values())
+            full = []
+            for g in sorted(members):
+                want = max(1, round(total * weight[g] / norm))
+                mine: list[list[tuple[int, int]]] = []
+                for _ in range(want + 1):  # passes over the group (a pass packs at least one batch when it can)
+                    if len(mine) >= want:
+                        break
+                    more = self.pack(list(members[g]), rng)
+                    if not more:
+                        break  # fewer queries than one batch
+                    mine += more
+                full += mine[:want]
+        self.duplicates = sum(len(b) - len({t for _, t in b}) for b in full)
+        rng.shuffle(full)
+        usable = len(full) // self.world * self.world
+        plan = [[(q, t, rng.choice(self.hard[q]) if self.hard else -1) for q, t in batch]
+                for batch in full[:usable]][self.rank::self.world]
+        self._plan = (self.epoch, plan)
+        return plan
+
+    def pack(self, order: list[int], rng: random.Random) -> list[list[tuple[int, int]]]:
+        """Full batches of (query, positive tool) from the queries ``order``, in a seeded random order.
+
+        Each query goes to the first open batch where one of its gold tools is still absent (its gold
+        tools tried in a random order), so a popular tool is the positive at most once a batch and its
+        queries fall back to their other tools (first-fit with one fixed tool per query used only 27 %
+        of ToolLens an epoch). Queries that fit nowhere wait until the end and then fill batches even
+        with a repeated tool: the false-negative mask still keeps those correct, and ``duplicates``
+        counts them. Only the last, incomplete batch is dropped."""
         rng.shuffle(order)
         if self.lengths is not None:  # length buckets: sort windows of 32 batches by length (still random across)
             w = self.batch_size * 32
@@ -87,14 +127,7 @@ class ContrastiveBatchSampler(Sampler[list[tuple[int, int, int]]]):
                     waiting.append(q)
         rest = [pair for batch, _ in open_batches for pair in batch]
         rest += [(q, prefs[q][0]) for q in waiting]  # no duplicate-free place left: accept a repeated tool
-        full += [rest[i:i + self.batch_size] for i in range(0, len(rest) - self.batch_size + 1, self.batch_size)]
-        self.duplicates = sum(len(b) - len({t for _, t in b}) for b in full)
-        rng.shuffle(full)
-        usable = len(full) // self.world * self.world
-        plan = [[(q, t, rng.choice(self.hard[q]) if self.hard else -1) for q, t in batch]
-                for batch in full[:usable]][self.rank::self.world]
-        self._plan = (self.epoch, plan)
-        return plan
+        return full + [rest[i:i + self.batch_size] for i in range(0, len(rest) - self.batch_size + 1, self.batch_size)]
 
     def __iter__(self) -> Iterator[list[tuple[int, int, int]]]:
         batches = self.plan()[self.skip:]
@@ -321,7 +354,15 @@ class ToolTextDataModule(ResumableDataModule):
         if self.cfg.bucket_by_length:
             lengths = [len(x) for x in token_ids(self.tok, [q.text for q in self.train_queries], self.cfg.max_query_length)]
         return ContrastiveBatchSampler(self.train_gold, self.cfg.batch_size, self.seed, rank, world,
-                                       self.hard_negatives, lengths)
+                                       self.hard_negatives, lengths, self.train_groups(), self.cfg.mixture_temperature)
+
+    def train_groups(self) -> list[int] | None:
+        """A mixture's training queries by source dataset (the ``dataset::`` prefix of their ids), so
+        that each batch comes from one dataset; None for a single dataset."""
+        if "mixture" not in self.ds.notes:
+            return None
+        names = sorted(self.ds.notes["mixture"])
+        return [names.index(q.id.split("::", 1)[0]) for q in self.train_queries]
 
     def train_collator(self) -> Any:
         return ContrastiveCollator(self.tok, [q.text for q in self.train_queries], self.tool_texts, self.train_gold,

@@ -1,0 +1,200 @@
+"""data.name: mixture — several datasets' training splits as one catalog, without leaks from held-out
+datasets; batches from one dataset each; full-catalog negatives from the batch's own dataset."""
+
+import json
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import tiny_train_overrides
+
+from toolgraph.config import TrainConfig, load_config
+from toolgraph.data.loading import load_dataset
+from toolgraph.data.sources.mixture import normalize_text, source_of
+from toolgraph.data.text import ContrastiveBatchSampler
+from toolgraph.errors import ConfigError, DataError
+
+
+def _write(folder: Path, tools: list[dict], queries: list[dict]) -> Path:
+    folder.mkdir(parents=True)
+    for name, rows in [("tools", tools), ("queries", queries)]:
+        (folder / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return folder
+
+
+@pytest.fixture(autouse=True)
+def _data_root(tmp_path, monkeypatch):
+    monkeypatch.setenv("TOOLGRAPH_DATA", str(tmp_path))  # the mixed folders are paths; the root is unused
+
+
+@pytest.fixture
+def three(tmp_path):
+    """A and B mixed; C held out: C shares A's weather tool (other id, other punctuation) and one of B's
+    query texts (other case)."""
+    a = _write(tmp_path / "a", [{"id": "w", "name": "get_weather", "description": "Current weather for a city."},
+                                {"id": "m", "name": "send_mail", "description": "Send an e-mail."}],
+               [{"id": "1", "text": "weather in Paris?", "tools": ["w"], "split": "train"},
+                {"id": "2", "text": "mail Bob", "tools": ["m"], "split": "train"},
+                {"id": "3", "text": "mail Ann and check the weather", "tools": ["m", "w"], "split": "train"},
+                {"id": "4", "text": "mail Eve", "tools": ["m"], "split": "val"},
+                {"id": "5", "text": "mail Joe", "tools": ["m"], "split": "val"},
+                {"id": "6", "text": "mail Max", "tools": ["m"], "split": "test"}])
+    b = _write(tmp_path / "b", [{"id": "w", "name": "stock_price", "description": "A share's price."}],
+               [{"id": "1", "text": "Price of ACME shares", "tools": ["w"], "split": "train"},
+                {"id": "2", "text": "price of Initech", "tools": ["w"], "split": "train"}])
+    c = _write(tmp_path / "c", [{"id": "x9", "name": "Get-Weather", "description": "current weather, for a city"}],
+               [{"id": "1", "text": "PRICE OF ACME SHARES!", "tools": ["x9"], "split": "test"}])
+    return str(a), str(b), str(c)
+
+
+def test_ids_are_prefixed_test_splits_left_out_and_val_capped(three):
+    a, b, _ = three
+    ds = load_dataset("mixture", datasets=[a, b], max_val_per_dataset=1)
+    assert {t.id for t in ds.tools} == {f"{a}::w", f"{a}::m", f"{b}::w"}  # same id "w" in A and B: two tools
+    assert Counter(q.split for q in ds.queries) == {"train": 5, "val": 1}
+    assert {source_of(q.id) for q in ds.queries} == {a, b}
+    assert all(source_of(t) == source_of(q.id) for q in ds.queries for t in q.tools)
+    assert ds.notes["mixture"][a] == {"tools": 2, "tools_also_held_out": 0, "train": 3, "val": 1, "dropped": {}}
+
+
+def test_held_out_queries_and_tools_never_reach_training(three, tmp_path):
+    a, b, c = three
+    ds = load_dataset("mixture", datasets=[a, b], holdout=c)
+    kept = {q.id for q in ds.queries}
+    assert kept == {f"{a}::2", f"{a}::4", f"{a}::5", f"{b}::2"}  # A's weather queries and B's ACME query gone
+    assert ds.skipped == {f"{a}: query using a tool also in a held-out dataset": 2,
+                          f"{b}: query text also in a held-out dataset": 1}
+    assert ds.notes["mixture"][a]["tools_also_held_out"] == 1 and ds.notes["holdout"] == [c]
+    # embedding near-duplicates found elsewhere (benchmarks/general.py) come as a file of ids
+    dups = tmp_path / "dups.json"
+    dups.write_text(json.dumps({"queries": [f"{a}::4"], "tools": [f"{b}::w"]}))
+    ds = load_dataset("mixture", datasets=[a, b], holdout=c, near_duplicates=str(dups))
+    assert {q.id for q in ds.queries} == {f"{a}::2", f"{a}::5"}
+    assert ds.skipped[f"{a}: query near-duplicate of a held-out query (embedding)"] == 1
+    assert ds.skipped[f"{b}: query using a tool also in a held-out dataset"] == 1
+    assert normalize_text("Get-Weather: current weather, for a city") == "get weather current weather for a city"
+
+
+@pytest.mark.parametrize("options,err,needle", [
+    ({}, ConfigError, "data.options.datasets"),
+    ({"datasets": [7]}, ConfigError, "neither a name"),
+    ({"datasets": ["A", "A"]}, ConfigError, "named twice"),
+    ({"datasets": ["A"], "holdout": ["A"]}, ConfigError, "also mixed into training"),
+    ({"datasets": ["A"], "near_duplicates": "BAD"}, DataError, "bad.json"),
+    ({"datasets": ["A"], "holdout": ["A2"]}, DataError, "no training query left"),
+])
+def test_bad_mixture_options_name_the_key_or_file(three, tmp_path, options, err, needle):
+    a = three[0]
+    (tmp_path / "bad.json").write_text('{"queries": [], "other": 1}')
+    a2 = shutil.copytree(a, tmp_path / "a2")
+    fill = {"A": a, "A2": str(a2), "BAD": str(tmp_path / "bad.json")}
+    options = {k: ([fill.get(x, x) for x in v] if isinstance(v, list) else fill.get(v, v)) for k, v in options.items()}
+    with pytest.raises(err, match=needle):
+        load_dataset("mixture", **options)
+
+
+def test_grouped_batches_come_from_one_dataset_in_tempered_shares():
+    sizes = {0: 800, 1: 200, 2: 50}
+    groups = [g for g, n in sizes.items() for _ in range(n)]
+    gold = [[i % 40 + 40 * g] for i, g in enumerate(groups)]  # 40 tools per group
+    for temperature in (1.0, 2.0):
+        sampler = ContrastiveBatchSampler(gold, 10, seed=3, groups=groups, temperature=temperature)
+        plan = sampler.plan()
+        per_batch = [{groups[q] for q, _, _ in b} for b in plan]
+        assert all(len(s) == 1 for s in per_batch)  # every batch from one dataset
+        share = Counter(next(iter(s)) for s in per_batch)
+        total = len(groups) // 10
+        weight = {g: n ** (1 / temperature) for g, n in sizes.items()}
+        for g in sizes:  # n_g^(1/T) of the epoch's batches, small groups repeated to fill their share
+            assert share[g] == round(total * weight[g] / sum(weight.values()))
+        small = {q for b in plan for q, _, _ in b if groups[q] == 2}
+        assert small == {q for q, g in enumerate(groups) if g == 2}  # the small dataset is seen whole
+    assert ContrastiveBatchSampler(gold, 10, seed=3, groups=groups, temperature=2.0).plan() == plan  # deterministic
+    with pytest.raises(ValueError, match="groups"):
+        ContrastiveBatchSampler(gold, 10, groups=groups[:-1])
+
+
+@pytest.fixture
+def two_copies(synthetic_dataset_dir, tmp_path):
+    b = shutil.copytree(synthetic_dataset_dir, tmp_path / "copy")
+    return [str(synthetic_dataset_dir), str(b)]
+
+
+def _mixture_overrides(two_copies, tiny_bert_dir, out, steps=12):
+    over = [o for o in tiny_train_overrides(Path(two_copies[0]), tiny_bert_dir, out, steps=steps)
+            if not o.startswith("data.name=")]
+    return over + ["data.name=mixture", f"data.options.datasets=[{two_copies[0]},{two_copies[1]}]",
+                   "data.test_split=val", "test=false", "model.loss=full_catalog", "model.multi_positive=true",
+                   "model.refresh_every=4"]
+
+
+def test_full_catalog_negatives_come_from_the_batch_dataset_only(two_copies, tiny_bert_dir, tmp_path):
+    from toolgraph.registry import TASKS
+    from toolgraph.training import config_from_dict, to_dict
+
+    cfg = load_config(TrainConfig, [], _mixture_overrides(two_copies, tiny_bert_dir, tmp_path / "run"))
+    task = TASKS.get("bi_encoder")(to_dict(config_from_dict(to_dict(cfg))))
+    dm = task.datamodule_for(cfg)
+    assert task._tool_group.tolist() == [0] * 24 + [1] * 24
+    task.eval()
+    batch = next(iter(dm.train_dataloader()))
+    group = task._tool_group[batch["gold"][0, 0]].item()
+    assert set(task._tool_group[batch["gold"][batch["gold"] >= 0]].tolist()) == {group}
+    loss = task.compute_loss(batch)
+    with torch.no_grad():
+        lure = task.query_encoder(**batch["query"]).mean(0) * 50  # scores far above every gold tool
+    other = task._tool_group != group
+    task._bank[other] = lure  # would dominate every softmax if the other dataset's tools were negatives
+    assert torch.allclose(task.compute_loss(batch), loss)
+    gold = set(batch["gold"][batch["gold"] >= 0].tolist())
+    own_negative = next(i for i in range(48) if not other[i] and i not in gold)
+    task._bank[own_negative] = lure
+    assert task.compute_loss(batch) > loss + 1  # a negative of its own catalog does count
+
+
+def test_a_mixture_trains_exports_wise_weights_and_reports_on_val(two_copies, tiny_bert_dir, tmp_path):
+    from transformers import AutoModel
+
+    from toolgraph.training import train
+
+    over = _mixture_overrides(two_copies, tiny_bert_dir, tmp_path / "run") + ["model.wise=0.5"]
+    summary = train(load_config(TrainConfig, [], over))
+    res = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert res["config"]["data"]["test_split"] == "val" and res["dataset"]["queries"]["test"] == 0
+    assert summary["global_step"] == 12 and res["metrics"]["recall@5"] > 0
+    trained = torch.load(summary["best_checkpoint"], map_location="cpu", weights_only=True)["state_dict"]
+    name = "encoder.layer.1.output.dense.weight"
+    base = AutoModel.from_pretrained(tiny_bert_dir).state_dict()[name]
+    exported = AutoModel.from_pretrained(tmp_path / "run" / "retriever" / "encoder").state_dict()[name]
+    assert torch.allclose(exported, 0.5 * trained[f"query_encoder.backbone.{name}"] + 0.5 * base, atol=1e-6)
+    assert not torch.allclose(exported, base)
+
+
+def test_the_general_model_by_name_is_the_installed_one_else_minilm(tiny_bert_dir, tmp_path, monkeypatch, capsys):
+    from toolgraph.nn import encoder
+
+    monkeypatch.setattr(encoder, "_SAID", set())
+    monkeypatch.setenv("TOOLGRAPH_MODELS", str(tmp_path / "models"))
+    assert encoder.resolve_model("toolgraph-general") == encoder.resolve_model("all-MiniLM-L6-v2")
+    assert "toolgraph-general is not installed" in capsys.readouterr().err
+    shutil.copytree(tiny_bert_dir, tmp_path / "models" / "toolgraph-general")
+    assert encoder.resolve_model("toolgraph-general") == str(tmp_path / "models" / "toolgraph-general")
+    assert "the general tool retriever at" in capsys.readouterr().err
+    from toolgraph.retrieval.agents import DEFAULT_DENSE
+    from toolgraph.retrieval.base import build_retriever
+    from toolgraph.retrieval.dense import DenseConfig
+
+    dense = build_retriever(DenseConfig(**{k: v for k, v in DEFAULT_DENSE.items() if k != "name"}, cache_dir=None))
+    assert dense.encoder.dim == 32  # the t2a default (MCP server, index sync) loads the installed model
+
+
+@pytest.mark.realdata
+def test_the_shipped_mixture_loads_and_drops_what_toolbench_shares(data_root):
+    import yaml
+
+    options = yaml.safe_load((Path(__file__).resolve().parents[1] / "configs/general.yaml").read_text())["data"]["options"]
+    ds = load_dataset("mixture", root=data_root, holdout=["toolbench-g1"], **options)
+    assert ds.stats()["queries"] == {"train": 31479, "val": 1521, "test": 0} and len(ds.tools) == 2091
+    assert ds.skipped == {"toollens: query using a tool also in a held-out dataset": 3131}

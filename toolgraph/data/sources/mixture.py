@@ -1,0 +1,134 @@
+"""``mixture``: the training splits of several datasets as one catalog, for a general retriever.
+
+Every tool, agent and query id is prefixed with its dataset (``metatool::weather``), so tools of two
+datasets never merge; the text datamodule reads the prefix to draw each training batch from one
+dataset (its negatives come from one catalog; ``data.mixture_temperature`` sets how often each
+dataset is drawn). Test splits are left out: a mixture trains; its model is tested on each dataset
+itself (benchmarks/general.py, leave-one-dataset-out).
+
+No leakage: ``holdout`` names the datasets a model will be tested on. A training query whose
+normalised text equals any query of a held-out dataset is dropped, and so is every training query
+whose gold tools include a tool whose normalised name and description equal a held-out tool's
+(the same API under two dataset names). ``near_duplicates`` is a JSON file of further mixture ids
+to drop, ``{"queries": [...], "tools": [...]}`` (embedding near-duplicates, found by
+benchmarks/general.py with an encoder). What was dropped is counted in ``skipped`` and
+``notes["mixture"]``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from toolgraph.data.formats import read_json
+from toolgraph.data.loading import load_dataset
+from toolgraph.data.schema import Agent, Query, Tool, ToolDataset
+from toolgraph.errors import ConfigError, DataError
+from toolgraph.registry import DATASETS
+
+SEP = "::"
+
+
+def normalize_text(text: str) -> str:
+    """Lower case, every run of non-alphanumerics one space: ``"Get-Weather!"`` == ``"get weather"``."""
+    return " ".join(re.sub(r"[^0-9a-z]+", " ", text.lower()).split())
+
+
+def tool_key(tool: Tool) -> str:
+    return normalize_text(f"{tool.name} {tool.description}")
+
+
+def source_of(mixture_id: str) -> str:
+    """The dataset a mixture id comes from (``metatool::weather`` -> ``metatool``)."""
+    if SEP not in mixture_id:
+        raise DataError(f"{mixture_id!r} is not a mixture id (dataset{SEP}id)")
+    return mixture_id.split(SEP, 1)[0]
+
+
+def _prefixed(name: str, ds: ToolDataset, splits: tuple[str, ...]) -> tuple[list[Tool], list[Agent], list[Query]]:
+    p = f"{name}{SEP}"
+    tools = [Tool(p + t.id, t.name, t.description, p + t.agent if t.agent else None, t.category, t.parameters,
+                  t.returns) for t in ds.tools]
+    agents = [Agent(p + a.id, a.name, a.description, a.category) for a in ds.agents]
+    queries = [Query(p + q.id, q.text, tuple(p + t for t in q.tools), q.split, q.steps) for q in ds.queries
+               if q.split in splits]
+    return tools, agents, queries
+
+
+def _leaked(holdout: list[ToolDataset]) -> tuple[set[str], set[str]]:
+    """Normalised query texts and tool keys of every held-out dataset (all splits)."""
+    texts = {normalize_text(q.text) for ds in holdout for q in ds.queries}
+    keys = {tool_key(t) for ds in holdout for t in ds.tools}
+    return texts, keys
+
+
+@DATASETS.register("mixture")
+def load_mixture(root: Path, datasets: list[Any] | None = None, holdout: list[str] | str | None = None,
+                 near_duplicates: str | None = None, splits: list[str] | None = None,
+                 max_val_per_dataset: int | None = 500) -> ToolDataset:
+    """``datasets``: names, or ``{name: options}`` maps, of the datasets mixed (their train and val
+    splits; ``splits`` to change). ``holdout``: dataset names nothing may leak from. ``max_val_per_dataset``:
+    the first N val queries of each dataset (validation on the whole mixture is slow and adds little)."""
+    if not datasets:
+        raise ConfigError("data.options.datasets: name the datasets of the mixture (e.g. [toollens, metatool])")
+    specs: list[tuple[str, dict]] = []
+    for item in datasets:
+        if isinstance(item, str):
+            specs.append((item, {}))
+        elif isinstance(item, dict) and len(item) == 1:
+            (name, opts), = item.items()
+            specs.append((str(name), dict(opts or {})))
+        else:
+            raise ConfigError(f"data.options.datasets: {item!r} is neither a name nor {{name: options}}")
+    names = [n for n, _ in specs]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"data.options.datasets: a dataset named twice in {names}")
+    holdout_names = [holdout] if isinstance(holdout, str) else list(holdout or [])
+    if set(holdout_names) & set(names):
+        raise ConfigError(f"data.options.holdout: {sorted(set(holdout_names) & set(names))} also mixed into training")
+    keep = tuple(splits or ("train", "val"))
+    texts, keys = _leaked([load_dataset(h, root) for h in holdout_names])
+    extra: dict[str, set[str]] = {"queries": set(), "tools": set()}
+    if near_duplicates:
+        found = read_json(Path(near_duplicates))
+        if not isinstance(found, dict) or set(found) - set(extra):
+            raise DataError("expected {\"queries\": [ids], \"tools\": [ids]}", near_duplicates)
+        extra = {k: set(found.get(k, [])) for k in extra}
+
+    tools: list[Tool] = []
+    agents: list[Agent] = []
+    queries: list[Query] = []
+    skipped: Counter = Counter()
+    report: dict[str, Any] = {}
+    for name, opts in specs:
+        ds = load_dataset(name, root, **opts)
+        t, a, q = _prefixed(name, ds, keep)
+        leaked_tools = {x.id for x in t if tool_key(x) in keys} | (extra["tools"] & {x.id for x in t})
+        drop = Counter()
+        kept: list[Query] = []
+        val_seen = 0
+        for query in q:
+            if normalize_text(query.text) in texts:
+                drop["query text also in a held-out dataset"] += 1
+            elif query.id in extra["queries"]:
+                drop["query near-duplicate of a held-out query (embedding)"] += 1
+            elif leaked_tools.intersection(query.tools):
+                drop["query using a tool also in a held-out dataset"] += 1
+            elif query.split == "val" and max_val_per_dataset is not None and val_seen >= max_val_per_dataset:
+                continue  # a cap, not a leak: not counted
+            else:
+                val_seen += query.split == "val"
+                kept.append(query)
+        tools += t
+        agents += a
+        queries += kept
+        skipped.update({f"{name}: {reason}": n for reason, n in drop.items()})
+        report[name] = {"tools": len(t), "tools_also_held_out": len(leaked_tools),
+                        "train": sum(x.split == "train" for x in kept), "val": sum(x.split == "val" for x in kept),
+                        "dropped": dict(drop)}
+    if not any(q.split == "train" for q in queries):
+        raise DataError(f"mixture of {names}: no training query left (holdout {holdout_names})")
+    notes = {"mixture": report, "holdout": holdout_names, "near_duplicates": near_duplicates}
+    return ToolDataset("mixture", tools, queries, agents, skipped=skipped, notes=notes)

@@ -12,7 +12,8 @@ Fast training (docs/training.md, "Converge"):
   vectors come from the text tower, held in a bank computed without gradient and refreshed every
   ``refresh_every`` steps, with the batch's own tools re-encoded with gradient so the tool side keeps
   learning; ``multi_positive`` makes every gold tool of a query a positive in the same step.
-  Tools a split hides from training (inductive protocol) are never in the bank.
+  Tools a split hides from training (inductive protocol) are never in the bank; in a mixture of
+  datasets (``data.name: mixture``) a batch comes from one dataset and only its tools are negatives.
 * ``freeze_layers: K`` — embeddings and the first K layers frozen; their outputs for every training
   query and tool are computed once (fp16, cached under ``cache_dir``) and training runs the layers
   above only (``nn.frozen``).
@@ -24,6 +25,7 @@ import copy
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import torch
@@ -66,6 +68,7 @@ class BiEncoderConfig(TaskConfig):
     freeze_layers: int = bounded(0, ge=0)  # embeddings + the first K layers frozen, their outputs cached
     cache_dir: str | None = ".cache/toolgraph"  # cached activations (freeze_layers > 0); None = in memory only
     grad_cache: int = bounded(0, ge=0)  # GradCache: chunks of this many texts (0 = off); single process only
+    wise: float | None = bounded(None, ge=0, le=1)  # export alpha*trained + (1-alpha)*pretrained weights (WiSE-FT)
 
     def validate(self):
         if self.multi_positive and self.loss != "full_catalog":
@@ -98,6 +101,7 @@ class BiEncoderTask(RetrievalTask):
         self._query_states: PackedStates | None = None
         self._tool_states: PackedStates | None = None
         self._allowed: torch.Tensor | None = None  # [N] tools that may be negatives in training
+        self._tool_group: torch.Tensor | None = None  # [N] source dataset of each tool (mixtures)
         self._bank: torch.Tensor | None = None  # [N, H] tool vectors without gradient
         self._bank_step = -1
 
@@ -115,6 +119,10 @@ class BiEncoderTask(RetrievalTask):
         self._query_texts = [q.text for q in dm.train_queries]
         hidden = set(ds.notes.get("unseen_tools") or ())  # inductive protocol: never a training negative
         self._allowed = torch.tensor([t.id not in hidden for t in dm.tools], dtype=torch.bool)
+        self._tool_group = None
+        if "mixture" in ds.notes:  # a batch's negatives: the tools of its own dataset only
+            names = sorted(ds.notes["mixture"])
+            self._tool_group = torch.tensor([names.index(t.id.split("::", 1)[0]) for t in dm.tools])
         return dm
 
     def on_train_start(self) -> None:
@@ -164,6 +172,10 @@ class BiEncoderTask(RetrievalTask):
             if m.grad_tools and len(own) > m.grad_tools:  # a random subset; the rest come from the bank
                 own = own[torch.randperm(len(own), device=own.device)[:m.grad_tools]]
             allowed = self._allowed.to(self.device) if self._allowed is not None else None
+            if self._tool_group is not None:  # a mixture batch comes from one dataset: its catalog only
+                group = self._tool_group.to(self.device)
+                same = group == group[gold[0, 0]]
+                allowed = same if allowed is None else allowed & same
 
             def catalog_loss(q: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
                 self._bank[own] = d.detach().float()  # the freshest vectors stay in the bank
@@ -240,6 +252,21 @@ class BiEncoderTask(RetrievalTask):
         finally:
             self.doc_encoder.train(was)
         self._bank_step = self.global_step
+
+    def finish(self, out: Path, dm: Any, cfg: Any, extra: Callable[[], dict[str, Any]] | None = None) -> dict[str, Any]:
+        """``wise: alpha``: the weights exported (and tested) are ``alpha * trained + (1 - alpha) *
+        model.encoder``'s (WiSE-FT, Wortsman et al., CVPR'22): closer to the pretrained encoder, so
+        better on catalogs unlike the training data (benchmarks/general.py chooses alpha on val).
+        Checkpoints keep the trained weights."""
+        alpha = self.model_cfg.wise
+        if alpha is not None and alpha != 1:
+            pretrained = load_or_restore(self.model_cfg.encoder, None)[0].state_dict()
+            with torch.no_grad():
+                for enc in {id(e): e for e in (self.query_encoder, self.doc_encoder)}.values():
+                    for name, p in enc.backbone.state_dict().items():
+                        if p.is_floating_point():
+                            p.copy_(alpha * p + (1 - alpha) * pretrained[name].to(p.device, p.dtype))
+        return super().finish(out, dm, cfg, extra)
 
     # ---- retrieval ----------------------------------------------------------------------------
     def prepare_scoring(self) -> None:

@@ -6,6 +6,8 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "disabled")
+# no installed general retriever leaks into tests: the name toolgraph-general falls back to MiniLM here
+os.environ["TOOLGRAPH_MODELS"] = str(Path(__file__).resolve().parent / "no-installed-models")
 
 try:  # property-based tests (tests/test_properties.py): a bounded example count everywhere
     from hypothesis import settings as _hypothesis_settings

@@ -380,7 +380,7 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--index", required=True,
                    help="index folder (created if missing or empty, replaced atomically; any other folder is refused)")
     i.add_argument("--retriever-config", default=None,
-                   help="YAML retriever config for a new index (default: t2a over all-MiniLM-L6-v2)")
+                   help="YAML retriever config for a new index (default: t2a over toolgraph-general, all-MiniLM-L6-v2 when it is not installed)")
     i.add_argument("--wait", type=float, default=60.0,
                    help="seconds to wait while another sync of the same index runs (0: fail at once)")
     i.add_argument("--on-duplicate", choices=["error", "keep-first", "keep-last"], default="error",

@@ -5,8 +5,8 @@
 The catalog is an MCP servers file (LiveMCPBench layout), a folder of ``tools/list`` responses, or a
 canonical dataset folder (``tools.jsonl`` + ``agents.jsonl``). Tools and agents are compared with the
 index by content hash (every field); added and changed entries are encoded, unchanged ones keep
-their vectors, removed ones go. A missing index is created (a ``t2a`` index over MiniLM unless a
-retriever config is given).
+their vectors, removed ones go. A missing index is created (a ``t2a`` index over ``toolgraph-general``, MiniLM when
+that is not installed, unless a retriever config is given).
 
 Atomic write: the new index is saved complete into a hidden sibling folder, then swapped in with two
 renames (old -> ``.NAME.old-PID``, new -> NAME), then the old one is deleted. A crash while saving

@@ -7,6 +7,7 @@ import hashlib
 import inspect
 import json
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -22,10 +23,37 @@ from toolgraph.nn.storage import own_memory
 _MINILM = {"all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"}
 
 
+GENERAL = "toolgraph-general"  # the general tool retriever (docs/general.md), by name
+
+
+def general_model_dir() -> Path:
+    """Where ``toolgraph-general`` is installed: ``$TOOLGRAPH_MODELS/toolgraph-general`` (default
+    ``~/.cache/toolgraph/models``); ``python benchmarks/general.py install`` puts it there."""
+    return Path(os.environ.get("TOOLGRAPH_MODELS") or "~/.cache/toolgraph/models").expanduser() / GENERAL
+
+
+_SAID: set[str] = set()
+
+
+def _say_once(line: str) -> None:
+    if line not in _SAID:
+        _SAID.add(line)
+        print(line, file=sys.stderr, flush=True)
+
+
 def resolve_model(name: str) -> str:
-    """A local folder for ``name``: a path, the HF cache, or the packaged MiniLM. Fails fast."""
+    """A local folder for ``name``: a path, the HF cache, or the packaged MiniLM. Fails fast.
+    ``toolgraph-general``: the installed general retriever, else MiniLM; a line on stderr says which."""
     if Path(name).expanduser().is_dir():
         return str(Path(name).expanduser())
+    if name == GENERAL:
+        folder = general_model_dir()
+        if (folder / "config.json").is_file():
+            _say_once(f"{GENERAL}: the general tool retriever at {folder}")
+            return str(folder)
+        _say_once(f"{GENERAL} is not installed ({folder}): using all-MiniLM-L6-v2 instead "
+                  "(docs/general.md: python benchmarks/general.py install)")
+        return resolve_model("all-MiniLM-L6-v2")
     if name in _MINILM:
         from huggingface_hub import try_to_load_from_cache
 

@@ -59,10 +59,14 @@ from toolgraph.retrieval.topk import topk
 NONE = -1.0e9  # score of an agent with no entity (no tools, not indexed)
 
 
+# the general tool retriever when it is installed, MiniLM otherwise (nn/encoder.py says which on stderr)
+DEFAULT_DENSE = {"name": "dense", "model": "toolgraph-general", "max_length": 128}
+
+
 @dataclass
 class AgentRetrieverConfig(RetrieverConfig):
     name: str = "t2a"
-    dense: Any = None  # dense retriever: path or config dict (None: {name: dense, max_length: 128})
+    dense: Any = None  # dense retriever: path or config dict (None: DEFAULT_DENSE)
     scorer: Literal["dense", "bm25", "rrf", "weighted_rrf"] = "rrf"
     rrf_k: int = bounded(60, ge=0)
     dense_weight: float = bounded(1.0, ge=0)
@@ -108,7 +112,7 @@ class AgentRetriever(Retriever):
         from toolgraph.retrieval.pipeline import resolve_retriever
 
         if self._dense is None:
-            spec = self.config.dense if self.config.dense is not None else {"name": "dense", "max_length": 128}
+            spec = self.config.dense if self.config.dense is not None else DEFAULT_DENSE
             r = resolve_retriever(spec, "retriever.dense", self._base)
             if not isinstance(r, DenseRetriever):
                 raise ConfigError(f"retriever.dense: needs a dense retriever (bi-encoder), got {type(r).__name__}")

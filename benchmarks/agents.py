@@ -147,9 +147,13 @@ def cmd_mcp_layout(args: argparse.Namespace) -> None:
               "Annotator Metadata": {"Steps": "\n".join(f"{i}. {s}" for i, s in enumerate(sentences(q.text), 1)),
                                      "Tools": "\n".join(f"{i}. {name_of[t].name}" for i, t in enumerate(q.tools, 1)),
                                      "Number of tools": str(len(q.tools))}} for q in ds.queries]
-    folder = Path(tempfile.mkdtemp(prefix="mcp-layout-"))
+    folder = args.write_only / "mcp" if args.write_only else Path(tempfile.mkdtemp(prefix="mcp-layout-"))
+    folder.mkdir(parents=True, exist_ok=True)
     (folder / "servers.json").write_text(json.dumps(servers))
     (folder / "tasks.json").write_text(json.dumps(tasks))
+    if args.write_only:
+        print(f"wrote {folder}/servers.json ({len(servers)} servers) and tasks.json ({len(tasks)} tasks)")
+        return
     truth = {q.id: {(owner[t], name_of[t].name) for t in q.tools} for q in ds.queries}
     dense = resolve_retriever(dense_spec(None), "dense")
     rows = []
@@ -272,6 +276,9 @@ def main() -> None:
     m.add_argument("--set", default="draft-g2", choices=list(SETS))
     m.add_argument("--policies", nargs="+", default=["category", "first", "all"])
     m.add_argument("--modes", nargs="+", default=["direct", "step-wise"])
+    m.add_argument("--write-only", type=Path, default=None, metavar="DIR",
+                   help="only write DIR/mcp/servers.json and tasks.json (then: TOOLGRAPH_DATA=DIR python evaluate.py "
+                        "--config configs/eval/t2a_mcp.yaml)")
     sub.add_parser("render")
     for sp in sub.choices.values():
         sp.add_argument("--page", type=Path, default=PAGE, help="page with the agents-* blocks")

@@ -1,0 +1,320 @@
+"""Issue "General retriever": one retriever trained on the mixed training splits of the public
+datasets (configs/general.yaml), tested zero-shot on datasets it never saw.
+
+    # leave-one-dataset-out: per held-out dataset, a model trained on the others (leaks removed), its
+    # zero-shot test R@5 / NDCG@5 beside BM25 and MiniLM (benchmarks/results/baselines.json)
+    python benchmarks/general.py lodo [--datasets toollens metatool ...] [--overrides trainer.max_steps=300]
+    # the all-datasets model (configs/general.yaml as it is): in-domain test rows on ToolLens and MetaTool
+    python benchmarks/general.py all --run runs/general
+    python benchmarks/general.py render [--page docs/general.md]
+
+Leakage: the mixture adapter drops training queries whose normalised text equals a held-out query and
+queries using a tool whose normalised name + description equal a held-out tool's; this script adds
+embedding near-duplicates (all-MiniLM-L6-v2 cosine >= --dup-threshold, queries and tools) and records the
+counts in each row. Rows go to benchmarks/results/general.json (method ``general_lodo``, setting
+``zero-shot``), each with its command, seconds and device.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+from results_io import DOCS, RESULTS, ROOT, machine, upsert, write_block  # noqa: E402
+
+NAME = "general"
+PAGE = DOCS / "general.md"
+TRAIN_SETS = ("toollens", "metatool", "ultratool", "toollinkos", "gorilla-torchhub", "api-bank")
+LODO_SETS = ("toollens", "metatool", "api-bank", "seal-tools", "nestools", "ultratool", "ultratool-original",
+             "toollinkos", "toolbench-g1", "toolbench-g2", "toolbench-g3", "gorilla-huggingface",
+             "gorilla-tensorflow", "gorilla-torchhub")
+KEEP = ("recall@1", "recall@3", "recall@5", "recall@10", "ndcg@5", "ndcg@10", "mrr")
+
+
+def baseline(method: str, dataset: str) -> dict:
+    rows = json.loads((RESULTS / "baselines.json").read_text())["rows"]
+    found = [r for r in rows if r["method"] == method and r["dataset"] == dataset and r["setting"] == "zero-shot"
+             and r["split"] == "test"]
+    return found[0]["metrics"] if found else {}
+
+
+class NearDuplicates:
+    """all-MiniLM-L6-v2 vectors of every text once (one process), and the training items whose cosine
+    to a held-out item reaches the threshold."""
+
+    def __init__(self, threshold: float):
+        from toolgraph.retrieval.dense import DenseConfig, DenseRetriever
+
+        self.threshold = threshold
+        self.model = DenseRetriever(DenseConfig(model="all-MiniLM-L6-v2", max_length=128, batch_size=256))
+
+    def vectors(self, texts: list[str], what: str):
+        return self.model.embed(texts, what)
+
+    def find(self, mixture, holdout) -> dict[str, list[str]]:
+        import torch
+
+        out: dict[str, list[str]] = {}
+        for kind, train_items, held_texts in (
+                ("queries", [(q.id, q.text) for q in mixture.queries], [q.text for q in holdout.queries]),
+                ("tools", [(t.id, t.document()) for t in mixture.tools], [t.document() for t in holdout.tools])):
+            a = self.vectors([t for _, t in train_items], f"near-duplicates: training {kind}")
+            b = self.vectors(held_texts, f"near-duplicates: held-out {kind}").to(a.dtype)
+            best = torch.cat([(a[s:s + 4096] @ b.T).max(1).values for s in range(0, len(a), 4096)])
+            out[kind] = [i for (i, _), s in zip(train_items, best.tolist()) if s >= self.threshold]
+        return out
+
+
+def train_mixture(names: list[str], holdout: str | None, near_dups: Path | None, out: Path,
+                  configs: list[str], overrides: list[str]) -> dict:
+    from toolgraph.config import TrainConfig, load_config
+    from toolgraph.training import train
+
+    options = {"datasets": names, "holdout": [holdout] if holdout else [],
+               "near_duplicates": str(near_dups) if near_dups else None}
+    cfg = load_config(TrainConfig, [ROOT / "configs" / "general.yaml", *configs, {"data": {"options": options}}],
+                      [*overrides, f"out_dir={out}"], where="benchmarks/general.py")
+    if (out / "results.json").exists():  # finished: read, never retrain
+        return json.loads((out / "results.json").read_text())
+    train(cfg)
+    return json.loads((out / "results.json").read_text())
+
+
+def zero_shot(encoder: Path, dataset: str, wise: float | None = None, split: str = "test") -> tuple[dict, int]:
+    """The exported encoder in place of MiniLM in the dataset's own MiniLM eval file (same protocol).
+    ``wise``: the weights ``wise * trained + (1 - wise) * MiniLM`` instead (WiSE-FT, Wortsman et al. 2022)."""
+    from toolgraph.config import EvaluateConfig, load_config
+    from toolgraph.data import prepare_dataset
+    from toolgraph.evaluation import evaluate
+    from toolgraph.retrieval.base import build_retriever
+
+    cfg = load_config(EvaluateConfig, [ROOT / "configs" / "eval" / f"minilm_{dataset}.yaml"],
+                      [f"retriever.model={encoder}", "retriever.cache_dir=null", f"data.split={split}"])
+    retriever = build_retriever(cfg.retriever)
+    if wise is not None:
+        import torch
+
+        from toolgraph.nn.encoder import load_backbone
+
+        base = load_backbone("all-MiniLM-L6-v2")[0].state_dict()
+        model = retriever.encoder.backbone
+        with torch.no_grad():
+            for name, p in model.state_dict().items():
+                if p.is_floating_point():
+                    p.copy_(wise * p + (1 - wise) * base[name].to(p.device, p.dtype))
+    report = evaluate(retriever, prepare_dataset(cfg.data), cfg.data.split, cfg.eval)
+    return report.metrics, len(report.query_ids)
+
+
+def lodo(args: argparse.Namespace) -> None:
+    from toolgraph.data.loading import load_dataset
+
+    finder = NearDuplicates(args.dup_threshold)
+    runs = Path(args.runs)
+    models: dict[str, Path] = {}  # training-set fingerprint -> run folder (datasets with no leak share a model)
+    for held in args.datasets:
+        start = time.perf_counter()
+        names = [d for d in args.train_sets if d != held]
+        mixture = load_dataset("mixture", datasets=names, holdout=[held])
+        dups = finder.find(mixture, load_dataset(held))
+        dup_file = runs / "near_duplicates" / f"{held}.json"
+        dup_file.parent.mkdir(parents=True, exist_ok=True)
+        dup_file.write_text(json.dumps(dups))
+        kept = load_dataset("mixture", datasets=names, holdout=[held], near_duplicates=str(dup_file))
+        key = hashlib.sha256("\n".join(sorted(q.id for q in kept.queries)).encode()).hexdigest()[:12]
+        run = models.setdefault(key, runs / f"lodo-{key}")
+        # the trained weights as they are (model.wise off): --wise interpolates them here, on val and test
+        results = train_mixture(names, held, dup_file, run, args.config, ["model.wise=null", *args.overrides])
+        metrics, n = zero_shot(run / "retriever" / "encoder", held)
+        variants = {f"wise-{a}": {k: round(v, 4) for k, v in zero_shot(run / "retriever" / "encoder", held, a)[0].items()
+                                  if k in ("recall@5", "ndcg@5")} for a in args.wise}
+        val = {}  # R@5 on the held-out dataset's val split (where it has one): how alpha is chosen, never on test
+        if any(q.split == "val" for q in load_dataset(held).queries):
+            val = {str(a): round(zero_shot(run / "retriever" / "encoder", held, None if a == 1 else a, "val")[0]["recall@5"], 4)
+                   for a in [1.0, *args.wise]}
+        minilm, bm25 = baseline("dense", held), baseline("bm25", held)
+        leak = {name: r["dropped"] for name, r in kept.notes["mixture"].items() if r["dropped"]}
+        row = {"method": "general_lodo", "dataset": held, "split": "test", "setting": "zero-shot",
+               "encoder": "all-MiniLM-L6-v2", "queries": n, "metrics": {k: round(metrics[k], 4) for k in KEEP},
+               "minilm": {k: minilm.get(k) for k in ("recall@5", "ndcg@5")},
+               "bm25": {k: bm25.get(k) for k in ("recall@5", "ndcg@5")},
+               "delta_r5_vs_minilm": round(metrics["recall@5"] - minilm.get("recall@5", float("nan")), 4),
+               "variants": variants, "val_recall@5": val, "trained_on": names, "train_queries": sum(q.split == "train" for q in kept.queries),
+               "leakage_dropped": leak, "near_duplicates": {k: len(v) for k, v in dups.items()},
+               "run": str(run), "train_seconds": results.get("training", {}).get("train_seconds"),
+               "steps": results.get("training", {}).get("steps"),
+               "device": results.get("training", {}).get("device"), "seconds": round(time.perf_counter() - start, 1),
+               "command": args.command, "machine": machine()}
+        upsert(NAME, [row])
+        print(f"{held}: R@5 {metrics['recall@5']:.4f} (MiniLM {minilm.get('recall@5')}, BM25 {bm25.get('recall@5')}) "
+              f"NDCG@5 {metrics['ndcg@5']:.4f}; dropped {leak}; {row['seconds']} s", flush=True)
+    render()
+
+
+def all_datasets(args: argparse.Namespace) -> None:
+    run = Path(args.run)
+    results = json.loads((run / "results.json").read_text())
+    rows = []
+    for ds in ("toollens", "metatool"):
+        metrics, n = zero_shot(run / "retriever" / "encoder", ds)
+        rows.append({"method": "general_all", "dataset": ds, "split": "test", "setting": "in-domain",
+                     "encoder": "all-MiniLM-L6-v2", "queries": n,
+                     "metrics": {k: round(metrics[k], 4) for k in KEEP}, "run": str(run),
+                     "train_seconds": results.get("training", {}).get("train_seconds"),
+                     "steps": results.get("training", {}).get("steps"),
+                     "device": results.get("training", {}).get("device"), "command": args.command,
+                     "machine": machine()})
+        print(f"{ds}: R@5 {metrics['recall@5']:.4f} NDCG@5 {metrics['ndcg@5']:.4f}", flush=True)
+    upsert(NAME, rows)
+    render()
+
+
+def mcp_rows(args: argparse.Namespace) -> None:
+    """Rows of two t2a_mcp.yaml evaluations (toolgraph-general installed, and not: MiniLM)."""
+    rows = []
+    for run, encoder in ((Path(args.general), "toolgraph-general"), (Path(args.minilm), "all-MiniLM-L6-v2")):
+        res = json.loads((run / "results.json").read_text())
+        keep = ("recall@5", "ndcg@5", "pass@5")
+        rows.append({"method": "t2a", "dataset": args.dataset, "split": "test", "setting": f"step-wise, {encoder}",
+                     "encoder": encoder, "queries": res["dataset"]["queries"]["test"],
+                     "metrics": {k: round(res["metrics"][k], 4) for k in keep},
+                     "agent_metrics": {k: round(res["agent_metrics"][k], 4) for k in keep},
+                     "command": args.command.replace("{out}", str(run)), "machine": machine()})
+    upsert(NAME, rows)
+    render()
+
+
+def install(run: Path) -> None:
+    """run/retriever/encoder (a sentence-transformers folder) and its model card -> general_model_dir(),
+    swapped in whole; from then on ``model: toolgraph-general`` (the t2a default, the MCP server's index)
+    loads it."""
+    import shutil
+
+    from toolgraph.evaluation import check_output_folder
+    from toolgraph.files import swap_folder
+    from toolgraph.nn.encoder import general_model_dir
+
+    source = run / "retriever" / "encoder"
+    if not (source / "config.json").is_file():
+        raise SystemExit(f"{source}: no exported encoder (train first: python train.py --config configs/general.yaml)")
+    dest = general_model_dir()
+    dest.parent.mkdir(parents=True, exist_ok=True)
+
+    def build(tmp: Path) -> None:
+        shutil.copytree(source, tmp, dirs_exist_ok=True)
+        if (run / "retriever" / "README.md").is_file():
+            shutil.copy(run / "retriever" / "README.md", tmp / "README.md")
+
+    check_output_folder(dest, "toolgraph-general", ("modules.json",))  # never over someone else's folder
+    swap_folder(dest, build)
+    print(f"installed {source} as toolgraph-general: {dest}")
+
+
+def chosen_alpha(rows: list[dict]) -> tuple[str, dict[str, float]]:
+    """The WiSE alpha with the best mean R@5 on the held-out datasets' val splits (never test), and
+    that mean for every alpha tried."""
+    alphas = sorted({a for r in rows for a in r.get("val_recall@5", {})}, key=float)
+    means = {a: sum(r["val_recall@5"][a] for r in rows if a in r.get("val_recall@5", {}))
+             / max(1, sum(a in r.get("val_recall@5", {}) for r in rows)) for a in alphas}
+    return (max(means, key=means.get) if means else "1.0"), means
+
+
+def at_alpha(row: dict, alpha: str) -> dict:
+    """A row's test R@5 / NDCG@5 with the weights at ``alpha`` (1.0 = as trained)."""
+    return row["metrics"] if float(alpha) == 1 else row["variants"][f"wise-{float(alpha)}"]
+
+
+def render(page: str | Path = PAGE) -> None:
+    path = RESULTS / f"{NAME}.json"
+    if not path.exists() or not Path(page).exists():
+        return
+    rows = json.loads(path.read_text())["rows"]
+    lodo_rows = sorted([r for r in rows if r["method"] == "general_lodo"],
+                       key=lambda r: LODO_SETS.index(r["dataset"]) if r["dataset"] in LODO_SETS else 99)
+    alpha, means = chosen_alpha(lodo_rows)
+    lines = [f"WiSE alpha chosen on the held-out datasets' val splits: **{alpha}** (mean val R@5 "
+             + ", ".join(f"alpha {a}: {m:.4f}" for a, m in means.items()) + ").", "",
+             "| held-out dataset | R@5 | NDCG@5 | R@5 as trained | MiniLM R@5 | BM25 R@5 | Δ R@5 vs MiniLM "
+             "| training queries | dropped as leaks | steps | device |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    deltas = []
+    for r in lodo_rows:
+        m = at_alpha(r, alpha)
+        dropped = sum(n for d in r["leakage_dropped"].values() for n in d.values())
+        deltas.append(m["recall@5"] - r["minilm"]["recall@5"])
+        lines.append(f"| {r['dataset']} | {m['recall@5']:.3f} | {m['ndcg@5']:.3f} | {r['metrics']['recall@5']:.3f} "
+                     f"| {r['minilm']['recall@5']:.3f} | {r['bm25']['recall@5']:.3f} | {deltas[-1]:+.3f} "
+                     f"| {r['train_queries']} | {dropped} | {r.get('steps')} | {r.get('device') or '–'} |")
+    if lodo_rows:
+        mean = sum(at_alpha(r, alpha)["recall@5"] for r in lodo_rows) / len(lodo_rows)
+        base = sum(r["minilm"]["recall@5"] for r in lodo_rows) / len(lodo_rows)
+        lines.append(f"| **mean of {len(lodo_rows)}** | **{mean:.3f}** | | | {base:.3f} | | **{mean - base:+.3f}** "
+                     f"| | | | |")
+    write_block(page, "general-lodo", "\n".join(lines))
+    domain = [r for r in rows if r["method"] == "general_all"]
+    if domain:
+        table = ["| dataset | R@5 | NDCG@5 | steps | train seconds | device |", "|---|---|---|---|---|---|"]
+        table += [f"| {r['dataset']} | {r['metrics']['recall@5']:.3f} | {r['metrics']['ndcg@5']:.3f} | {r.get('steps')} "
+                  f"| {r.get('train_seconds')} | {r.get('device') or '–'} |" for r in domain]
+        write_block(page, "general-all", "\n".join(table))
+    mcp = [r for r in rows if r["method"] == "t2a"]
+    if mcp:
+        table = ["| catalog | encoder | agent R@5 | agent NDCG@5 | tool R@5 | tool NDCG@5 |", "|---|---|---|---|---|---|"]
+        table += [f"| {r['dataset']} | {r['encoder']} | {r['agent_metrics']['recall@5']:.3f} "
+                  f"| {r['agent_metrics']['ndcg@5']:.3f} | {r['metrics']['recall@5']:.3f} | {r['metrics']['ndcg@5']:.3f} |"
+                  for r in mcp]
+        write_block(page, "general-mcp", "\n".join(table))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    a = sub.add_parser("lodo", help="leave-one-dataset-out rows")
+    a.add_argument("--datasets", nargs="+", default=list(LODO_SETS), choices=LODO_SETS)
+    a.add_argument("--runs", default="runs/general_lodo")
+    a.add_argument("--wise", nargs="*", type=float, default=[],
+                   help="also test these weight interpolations with MiniLM (WiSE-FT alpha; 1 = as trained)")
+    a.add_argument("--train-sets", nargs="+", default=list(TRAIN_SETS), choices=TRAIN_SETS,
+                   help="the datasets with training splits mixed (each model: these minus the held-out one)")
+    a.add_argument("--config", nargs="*", default=[], help="config files over configs/general.yaml (e.g. a cluster overlay)")
+    a.add_argument("--overrides", nargs="*", default=[], help="train.py overrides for every model (key=value)")
+    a.add_argument("--dup-threshold", type=float, default=0.95, help="cosine of an embedding near-duplicate")
+    a.add_argument("--command", default=None, help="recorded in the rows (default: this command line)")
+    b = sub.add_parser("all", help="in-domain rows of the all-datasets model")
+    b.add_argument("--run", default="runs/general")
+    b.add_argument("--command", default=None)
+    m = sub.add_parser("mcp", help="rows of configs/eval/t2a_mcp.yaml run with and without the general model")
+    m.add_argument("--general", required=True, help="evaluate.py --out folder, toolgraph-general installed")
+    m.add_argument("--minilm", required=True, help="the same with TOOLGRAPH_MODELS pointing nowhere (MiniLM)")
+    m.add_argument("--dataset", default="draft-g2@mcp-layout/category")
+    m.add_argument("--command", required=True, help="the evaluate.py command; {out} stands for the folder")
+    i = sub.add_parser("install", help="copy a run's exported encoder to where the name toolgraph-general finds it")
+    i.add_argument("--run", default="runs/general")
+    r = sub.add_parser("render")
+    r.add_argument("--page", default=str(PAGE))
+    args = p.parse_args()
+    if getattr(args, "command", "x") is None:
+        args.command = "python " + " ".join(shlex.quote(x) for x in sys.argv)
+    if args.cmd == "lodo":
+        lodo(args)
+    elif args.cmd == "all":
+        all_datasets(args)
+    elif args.cmd == "mcp":
+        mcp_rows(args)
+    elif args.cmd == "install":
+        install(Path(args.run))
+    else:
+        render(args.page)
+
+
+if __name__ == "__main__":
+    main()

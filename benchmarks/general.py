@@ -304,16 +304,9 @@ def main() -> None:
     args = p.parse_args()
     if getattr(args, "command", "x") is None:
         args.command = "python " + " ".join(shlex.quote(x) for x in sys.argv)
-    if args.cmd == "lodo":
-        lodo(args)
-    elif args.cmd == "all":
-        all_datasets(args)
-    elif args.cmd == "mcp":
-        mcp_rows(args)
-    elif args.cmd == "install":
-        install(Path(args.run))
-    else:
-        render(args.page)
+    commands = {"lodo": lodo, "all": all_datasets, "mcp": mcp_rows, "install": lambda a: install(Path(a.run)),
+                "render": lambda a: render(a.page)}
+    commands[args.cmd](args)
 
 
 if __name__ == "__main__":

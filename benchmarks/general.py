@@ -102,16 +102,9 @@ def zero_shot(encoder: Path, dataset: str, wise: float | None = None, split: str
                       [f"retriever.model={encoder}", "retriever.cache_dir=null", f"data.split={split}"])
     retriever = build_retriever(cfg.retriever)
     if wise is not None:
-        import torch
+        from toolgraph.nn.encoder import interpolate_weights
 
-        from toolgraph.nn.encoder import load_backbone
-
-        base = load_backbone("all-MiniLM-L6-v2")[0].state_dict()
-        model = retriever.encoder.backbone
-        with torch.no_grad():
-            for name, p in model.state_dict().items():
-                if p.is_floating_point():
-                    p.copy_(wise * p + (1 - wise) * base[name].to(p.device, p.dtype))
+        interpolate_weights(retriever.encoder.backbone, "all-MiniLM-L6-v2", wise)
     report = evaluate(retriever, prepare_dataset(cfg.data), cfg.data.split, cfg.eval)
     return report.metrics, len(report.query_ids)
 
@@ -126,7 +119,8 @@ def lodo(args: argparse.Namespace) -> None:
         start = time.perf_counter()
         names = [d for d in args.train_sets if d != held]
         mixture = load_dataset("mixture", datasets=names, holdout=[held])
-        dups = finder.find(mixture, load_dataset(held))
+        held_ds = load_dataset(held)
+        dups = finder.find(mixture, held_ds)
         dup_file = runs / "near_duplicates" / f"{held}.json"
         dup_file.parent.mkdir(parents=True, exist_ok=True)
         dup_file.write_text(json.dumps(dups))
@@ -139,7 +133,7 @@ def lodo(args: argparse.Namespace) -> None:
         variants = {f"wise-{a}": {k: round(v, 4) for k, v in zero_shot(run / "retriever" / "encoder", held, a)[0].items()
                                   if k in ("recall@5", "ndcg@5")} for a in args.wise}
         val = {}  # R@5 on the held-out dataset's val split (where it has one): how alpha is chosen, never on test
-        if any(q.split == "val" for q in load_dataset(held).queries):
+        if any(q.split == "val" for q in held_ds.queries):
             val = {str(a): round(zero_shot(run / "retriever" / "encoder", held, None if a == 1 else a, "val")[0]["recall@5"], 4)
                    for a in [1.0, *args.wise]}
         minilm, bm25 = baseline("dense", held), baseline("bm25", held)

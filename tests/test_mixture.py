@@ -83,13 +83,15 @@ def test_held_out_queries_and_tools_never_reach_training(three, tmp_path):
     ({"datasets": ["A", "A"]}, ConfigError, "named twice"),
     ({"datasets": ["A"], "holdout": ["A"]}, ConfigError, "also mixed into training"),
     ({"datasets": ["A"], "near_duplicates": "BAD"}, DataError, "bad.json"),
+    ({"datasets": ["A"], "near_duplicates": "BAD2"}, DataError, "bad2.json.*lists of id strings"),
     ({"datasets": ["A"], "holdout": ["A2"]}, DataError, "no training query left"),
 ])
 def test_bad_mixture_options_name_the_key_or_file(three, tmp_path, options, err, needle):
     a = three[0]
     (tmp_path / "bad.json").write_text('{"queries": [], "other": 1}')
+    (tmp_path / "bad2.json").write_text('{"queries": [1, 2]}')
     a2 = shutil.copytree(a, tmp_path / "a2")
-    fill = {"A": a, "A2": str(a2), "BAD": str(tmp_path / "bad.json")}
+    fill = {"A": a, "A2": str(a2), "BAD": str(tmp_path / "bad.json"), "BAD2": str(tmp_path / "bad2.json")}
     options = {k: ([fill.get(x, x) for x in v] if isinstance(v, list) else fill.get(v, v)) for k, v in options.items()}
     with pytest.raises(err, match=needle):
         load_dataset("mixture", **options)

@@ -19,6 +19,7 @@ from torch.utils.data import DataLoader, Sampler
 
 from toolgraph.config import TextDataConfig
 from toolgraph.data.schema import Tool, ToolDataset, natural_key
+from toolgraph.data.sources.mixture import source_groups
 
 
 class ContrastiveBatchSampler(Sampler[list[tuple[int, int, int]]]):
@@ -359,10 +360,7 @@ class ToolTextDataModule(ResumableDataModule):
     def train_groups(self) -> list[int] | None:
         """A mixture's training queries by source dataset (the ``dataset::`` prefix of their ids), so
         that each batch comes from one dataset; None for a single dataset."""
-        if "mixture" not in self.ds.notes:
-            return None
-        names = sorted(self.ds.notes["mixture"])
-        return [names.index(q.id.split("::", 1)[0]) for q in self.train_queries]
+        return source_groups(self.ds, [q.id for q in self.train_queries])
 
     def train_collator(self) -> Any:
         return ContrastiveCollator(self.tok, [q.text for q in self.train_queries], self.tool_texts, self.train_gold,

@@ -272,6 +272,16 @@ def load_or_restore(name: str, artifacts: dict[str, Any] | None) -> tuple[nn.Mod
     return backbone_from_artifacts(artifacts) if artifacts else load_backbone(name)
 
 
+@torch.no_grad()
+def interpolate_weights(backbone: nn.Module, pretrained: str, alpha: float) -> None:
+    """WiSE-FT (Wortsman et al., CVPR'22) in place: every float weight becomes ``alpha * own + (1 - alpha)
+    * pretrained``'s, ``pretrained`` a model name or folder of the same architecture."""
+    base = load_backbone(pretrained)[0].state_dict()
+    for name, p in backbone.state_dict().items():
+        if p.is_floating_point():
+            p.copy_(alpha * p + (1 - alpha) * base[name].to(p.device, p.dtype))
+
+
 class TextEncoder(nn.Module):
     """Backbone + pooling (mean over non-pad tokens, or CLS) + optional L2 normalisation."""
 

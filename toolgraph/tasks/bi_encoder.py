@@ -32,9 +32,16 @@ import torch
 
 from toolgraph.config import TaskConfig, TextDataConfig, ToolText, bounded
 from toolgraph.data.schema import Tool, ToolDataset
+from toolgraph.data.sources.mixture import source_groups
 from toolgraph.data.text import ToolTextDataModule
 from toolgraph.errors import ConfigError
-from toolgraph.nn.encoder import TextEncoder, backbone_artifacts, backbone_from_artifacts, load_or_restore
+from toolgraph.nn.encoder import (
+    TextEncoder,
+    backbone_artifacts,
+    backbone_from_artifacts,
+    interpolate_weights,
+    load_or_restore,
+)
 from toolgraph.nn.frozen import PackedStates, cached_states, check_depth, freeze_bottom
 from toolgraph.nn.gradcache import grad_cache
 from toolgraph.nn.losses import false_negative_mask, full_catalog_nce, gather_no_grad, gather_with_grad, info_nce
@@ -119,10 +126,8 @@ class BiEncoderTask(RetrievalTask):
         self._query_texts = [q.text for q in dm.train_queries]
         hidden = set(ds.notes.get("unseen_tools") or ())  # inductive protocol: never a training negative
         self._allowed = torch.tensor([t.id not in hidden for t in dm.tools], dtype=torch.bool)
-        self._tool_group = None
-        if "mixture" in ds.notes:  # a batch's negatives: the tools of its own dataset only
-            names = sorted(ds.notes["mixture"])
-            self._tool_group = torch.tensor([names.index(t.id.split("::", 1)[0]) for t in dm.tools])
+        groups = source_groups(ds, [t.id for t in dm.tools])  # a mixture batch's negatives: its own dataset's tools
+        self._tool_group = torch.tensor(groups) if groups is not None else None
         return dm
 
     def on_train_start(self) -> None:
@@ -260,12 +265,8 @@ class BiEncoderTask(RetrievalTask):
         Checkpoints keep the trained weights."""
         alpha = self.model_cfg.wise
         if alpha is not None and alpha != 1:
-            pretrained = load_or_restore(self.model_cfg.encoder, None)[0].state_dict()
-            with torch.no_grad():
-                for enc in {id(e): e for e in (self.query_encoder, self.doc_encoder)}.values():
-                    for name, p in enc.backbone.state_dict().items():
-                        if p.is_floating_point():
-                            p.copy_(alpha * p + (1 - alpha) * pretrained[name].to(p.device, p.dtype))
+            for enc in {id(e): e for e in (self.query_encoder, self.doc_encoder)}.values():
+                interpolate_weights(enc.backbone, self.model_cfg.encoder, alpha)
         return super().finish(out, dm, cfg, extra)
 
     # ---- retrieval ----------------------------------------------------------------------------

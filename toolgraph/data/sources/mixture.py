@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,15 @@ def source_of(mixture_id: str) -> str:
     if SEP not in mixture_id:
         raise DataError(f"{mixture_id!r} is not a mixture id (dataset{SEP}id)")
     return mixture_id.split(SEP, 1)[0]
+
+
+def source_groups(ds: ToolDataset, ids: Sequence[str]) -> list[int] | None:
+    """For a mixture: the index of each id's source dataset (in sorted order of the mixed datasets),
+    so batches and negatives can be kept within one dataset; None for any other dataset."""
+    if "mixture" not in ds.notes:
+        return None
+    index = {name: i for i, name in enumerate(sorted(ds.notes["mixture"]))}
+    return [index[source_of(i)] for i in ids]
 
 
 def _prefixed(name: str, ds: ToolDataset, splits: tuple[str, ...]) -> tuple[list[Tool], list[Agent], list[Query]]:
@@ -93,8 +103,9 @@ def load_mixture(root: Path, datasets: list[Any] | None = None, holdout: list[st
     extra: dict[str, set[str]] = {"queries": set(), "tools": set()}
     if near_duplicates:
         found = read_json(Path(near_duplicates))
-        if not isinstance(found, dict) or set(found) - set(extra):
-            raise DataError("expected {\"queries\": [ids], \"tools\": [ids]}", near_duplicates)
+        if (not isinstance(found, dict) or set(found) - set(extra)
+                or not all(isinstance(v, list) and all(isinstance(x, str) for x in v) for v in found.values())):
+            raise DataError("expected {\"queries\": [ids], \"tools\": [ids]} (lists of id strings)", near_duplicates)
         extra = {k: set(found.get(k, [])) for k in extra}
 
     tools: list[Tool] = []

@@ -45,14 +45,21 @@ def discriminator(args: argparse.Namespace) -> None:
         test = {**test, "per_source": retest(res["training"]["best_checkpoint"])["per_source"]}
     metrics = {k: round(v, 4) for k, v in test.items() if isinstance(v, float)}
     counts = res["pairs"]
-    row = {"method": "discriminator", "dataset": "tdi", "split": "test", "setting": res["stage"],
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.to_container(OmegaConf.load(args.run / "config.yaml"))
+    row = {"method": "discriminator", "dataset": "tdi", "split": "test", "setting": args.setting or res["stage"],
+           "model": cfg["model"]["name"], "val_split": (cfg["data"].get("options") or {}).get("val_split", "pairs"),
            "encoder": "all-MiniLM-L6-v2", "metrics": metrics, "confusion": test["confusion"], "labels": test["labels"],
            "loss": res["loss"], "class_count": res["class_count"],
            "per_source": {k: {"macro_f1": round(v["macro_f1"], 4), "pairs": v["pairs"]} for k, v in
                           test["per_source"].items()},
            "pairs": {name: counts[name]["per_class"] for name in ("pretrain", "finetune", "val", "test") if name in counts},
            "training_steps": res["training"]["global_step"], "seconds": round(res["training"]["seconds"]),
-           "command": args.command}
+           "device": res["training"].get("device", "cpu"), "machine": machine(), "command": args.command}
+    if "calibration" in test:
+        cal = test["calibration"]
+        row["calibration"] = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in cal.items()}
     if (args.run / "logs" / "metrics.csv").is_file():
         row["val_curve"] = _val_curve(args.run)
     upsert(NAME, [row])
@@ -148,19 +155,130 @@ def candidates(args: argparse.Namespace) -> None:
     render(page=args.page)
 
 
+SCALE_SOURCES = ("api-bank", "gorilla-huggingface", "nestools", "seal-tools", "toolbench-g1", "toolbench-g2",
+                 "toollens", "toollinkos", "ultratool-original")  # the catalogs with parameter schemas
+
+
+def scale(args: argparse.Namespace) -> None:
+    """Cost of schema blocking against catalog size: merged real catalogs (random subsets; beyond the
+    ~13k distinct tools, renamed copies), seconds, peak traced memory, pairs; fitted exponent."""
+    import dataclasses
+    import math
+    import random
+    import tracemalloc
+
+    import toolgraph  # noqa: F401
+    from toolgraph.data import load_dataset
+    from toolgraph.depgraph import schema_candidates
+
+    pool = [dataclasses.replace(t, id=f"{name}:{t.id}") for name in SCALE_SOURCES for t in load_dataset(name).tools]
+    print(f"{len(pool)} distinct tools from {len(SCALE_SOURCES)} catalogs", flush=True)
+    rng = random.Random(0)
+    rows, points = [], []
+    for n in args.sizes:
+        tools = rng.sample(pool, n) if n <= len(pool) else [
+            dataclasses.replace(t, id=f"{t.id}#copy{k}") for k in range(math.ceil(n / len(pool))) for t in pool][:n]
+        tracemalloc.start()
+        t0 = time.perf_counter()
+        proposed = schema_candidates(tools, args.m, args.max_df)
+        seconds = time.perf_counter() - t0
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        pairs = len({(min(i, j), max(i, j)) for i, js in enumerate(proposed) for j in js})
+        points.append((n, seconds, peak))
+        metrics = {"tools": n, "pairs": pairs, "fraction_of_n_squared": round(pairs / (n * n), 6),
+                   "seconds": round(seconds, 2), "peak_mib": round(peak / 2**20, 1),
+                   "copies": n > len(pool)}
+        rows.append({"method": "candidate_cost", "dataset": "merged", "split": "all", "setting": f"schema-m={args.m}:n={n}",
+                     "metrics": metrics, "machine": machine(), "command": args.command})
+        print(metrics, flush=True)
+
+    def slope(k: int) -> float:
+        xs = [math.log(p[0]) for p in points]
+        ys = [math.log(max(p[k], 1e-9)) for p in points]
+        mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+        return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
+
+    for r in rows:
+        r["fitted_exponent"] = {"seconds": round(slope(1), 2), "memory": round(slope(2), 2)}
+    print("fitted exponent: time", round(slope(1), 2), "memory", round(slope(2), 2))
+    upsert(NAME, rows)
+    render(page=args.page)
+
+
+def tune(args: argparse.Namespace) -> None:
+    """TGR settings chosen on the val split (best Pass@5, then R@5), then the chosen one and its base
+    encoder on test: graph (gold, or a `toolgraph graph build` folder at several thresholds),
+    direction, alpha and layers."""
+    import itertools
+
+    import toolgraph  # noqa: F401
+    from toolgraph.config import EvaluateConfig, load_config
+    from toolgraph.data import load_dataset
+    from toolgraph.evaluation import evaluate
+    from toolgraph.nn.encoder import TextEncoder, load_backbone, resolve_model
+    from toolgraph.retrieval.dense import DenseConfig, DenseRetriever
+    from toolgraph.retrieval.tgr import TGRConfig, TGRRetriever
+
+    base_cfg = load_config(EvaluateConfig, [f"configs/eval/tgr_{args.dataset}.yaml"], [])
+    ds = load_dataset(args.dataset, **(base_cfg.data.options or {}))
+    backbone, tokenizer = load_backbone(resolve_model(args.encoder))
+    encoder = TextEncoder(backbone)
+    eval_cfg = base_cfg.eval
+    common = {"model": args.encoder, "max_length": 256, "cache_dir": ".cache/embeddings", "progress": False}
+
+    def run(split: str, **tgr) -> dict:
+        r = (TGRRetriever(TGRConfig(**common, **tgr), encoder, tokenizer) if tgr
+             else DenseRetriever(DenseConfig(**common), encoder, tokenizer))
+        return evaluate(r, ds, split, eval_cfg).metrics
+
+    graphs = [("gold", None)] + [(str(g), t) for g in args.graph for t in args.thresholds]
+    grid = []
+    for (graph, thr), direction, alpha, layers in itertools.product(
+            graphs, ("to_prerequisite", "symmetric"), (0.25, 0.5, 1.0), (1, 2)):
+        settings = {"graph": graph, "direction": direction, "alpha": alpha, "layers": layers}
+        if thr is not None:
+            settings["threshold"] = thr
+        m = run("val", **settings)
+        grid.append((m["pass@5"], m["recall@5"], m["ndcg@5"], settings))
+        print("val", settings, {k: round(m[k], 4) for k in ("pass@5", "recall@5")}, flush=True)
+    base_val = run("val")
+    best = max(grid, key=lambda g: g[:3])
+    chosen = best[3]
+    if best[:3] <= (base_val["pass@5"], base_val["recall@5"], base_val["ndcg@5"]):
+        print("no TGR setting beats the base encoder on val; the chosen one is reported anyway")
+    rows = []
+    for method, settings in (("dense", {}), ("tgr", chosen)):
+        m = run("test", **settings)
+        kind = "tgr-m" if settings.get("graph") == "gold" else "tgr-d"
+        rows.append({"method": method, "dataset": ds.name, "split": "test",
+                     "setting": f"{args.label}" if method == "dense" else f"{kind}:val-tuned:{args.label}",
+                     "encoder": args.encoder_label or args.encoder, "queries": len(ds.split("test")),
+                     "metrics": {k: round(v, 4) for k, v in m.items() if k in RETRIEVAL_METRICS},
+                     "retriever": settings, "val": {"pass@5": round(best[0], 4), "recall@5": round(best[1], 4),
+                                                    "base_pass@5": round(base_val["pass@5"], 4)},
+                     "grid_size": len(grid), "machine": machine(), "command": args.command})
+        print("test", method, settings, {k: round(m[k], 4) for k in ("pass@5", "recall@5")}, flush=True)
+    upsert(NAME, rows)
+    render(page=args.page)
+
+
 def render(page: str | Path = PAGE) -> None:
     """The tgr-* tables of ``page`` from the results file."""
     path = RESULTS / f"{NAME}.json"
     rows = json.loads(path.read_text())["rows"] if path.exists() else []
     disc = [r for r in rows if r["method"] == "discriminator"]
-    lines = ["| stage | loss | macro-F1 (dependency classes) | F1 a_needs_b | F1 b_needs_a | F1 none | P a_needs_b "
-             "| R a_needs_b | P b_needs_a | R b_needs_a | steps |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| setting | model | val | macro-F1 (dependency classes) | F1 a_needs_b | F1 b_needs_a | F1 none "
+             "| P a_needs_b | R a_needs_b | P b_needs_a | R b_needs_a | ECE before → after | steps | seconds |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in disc:
-        m = r["metrics"]
-        lines.append(f"| {r['setting']} | {r['loss']} | **{m['macro_f1']:.3f}** | {m['f1_a_needs_b']:.3f} | "
+        m, cal = r["metrics"], r.get("calibration")
+        ece = f"{cal['ece_before']:.3f} → {cal['ece_after']:.3f} (T={cal['temperature']:.2f})" if cal else "–"
+        lines.append(f"| {r['setting']} | {r.get('model', 'discriminator')} | {r.get('val_split', 'pairs')} | "
+                     f"**{m['macro_f1']:.3f}** | {m['f1_a_needs_b']:.3f} | "
                      f"{m['f1_b_needs_a']:.3f} | {m['f1_none']:.3f} | {m['precision_a_needs_b']:.3f} | "
                      f"{m['recall_a_needs_b']:.3f} | {m['precision_b_needs_a']:.3f} | {m['recall_b_needs_a']:.3f} | "
-                     f"{r['training_steps']} |")
+                     f"{ece} | {r['training_steps']} | {r.get('seconds', '–')} |")
     for r in disc:
         if r.get("per_source"):
             parts = ", ".join(f"{k} {v['macro_f1']:.3f} ({v['pairs']} pairs)" for k, v in r["per_source"].items())
@@ -198,6 +316,7 @@ def main() -> None:
     sub = p.add_subparsers(dest="cmd", required=True)
     d = sub.add_parser("discriminator")
     d.add_argument("run", type=Path)
+    d.add_argument("--setting", default=None, help="row setting (default: the run's stage)")
     d.add_argument("--command", required=True)
     r = sub.add_parser("retrieval")
     r.add_argument("run", type=Path)
@@ -216,12 +335,25 @@ def main() -> None:
     c.add_argument("--ms", type=int, nargs="+", default=[10, 20, 50, 100])
     c.add_argument("--tool-text", default="io")
     c.add_argument("--command", required=True)
+    sc = sub.add_parser("scale")
+    sc.add_argument("--sizes", type=int, nargs="+", default=[1000, 4000, 16000, 64000])
+    sc.add_argument("--m", type=int, default=20)
+    sc.add_argument("--max-df", type=int, default=200)
+    sc.add_argument("--command", required=True)
+    t = sub.add_parser("tune")
+    t.add_argument("--dataset", required=True, choices=["api-bank", "toollinkos", "seal-tools"])
+    t.add_argument("--encoder", default="all-MiniLM-L6-v2", help="base encoder: a name or an encoder folder")
+    t.add_argument("--encoder-label", default=None, help="the encoder's name in the table")
+    t.add_argument("--label", default="zero-shot", help="setting label of the base row")
+    t.add_argument("--graph", type=Path, nargs="*", default=[], help="`toolgraph graph build` folders (TGR-d)")
+    t.add_argument("--thresholds", type=float, nargs="+", default=[0.5, 0.9])
+    t.add_argument("--command", required=True)
     sub.add_parser("render")
     for sp in sub.choices.values():
         sp.add_argument("--page", type=Path, default=PAGE, help="page with the tgr-* blocks")
     args = p.parse_args()
     {"discriminator": discriminator, "retrieval": retrieval, "graph": graph, "candidates": candidates,
-     "render": lambda a: render(page=a.page)}[args.cmd](args)
+     "tune": tune, "scale": scale, "render": lambda a: render(page=a.page)}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ import torch
 from toolgraph.data import load_dataset
 from toolgraph.data.formats import read_edges
 from toolgraph.data.schema import Tool
+from toolgraph.data.tdi import document_tool
 from toolgraph.depgraph import GraphConfig, build_graph, candidate_pairs, score_pairs, write_graph
 from toolgraph.errors import ConfigError, DataError
 from toolgraph.retrieval.loading import load_task
@@ -33,14 +34,16 @@ def test_scores_match_a_plain_forward_pass(tiny_discriminator_ckpt):
     docs = {"a": "login_bank: sign in. returns: bank_token", "b": "use_bank: act. parameters: bank_token",
             "c": "misc_tool_1: helper"}
     pairs = [("a", "b"), ("b", "c"), ("c", "a")]
-    probs, rank = score_pairs(task, docs, pairs, GraphConfig(batch_size=2, accelerator="cpu"))
+    tools = {i: document_tool(i, d) for i, d in docs.items()}  # name_desc renders the document back
+    probs, rank = score_pairs(task, tools, pairs, "name_desc", GraphConfig(batch_size=2, accelerator="cpu"))
     assert rank == 0 and probs.shape == (3, 3)
     assert torch.allclose(probs.sum(1), torch.ones(3))
     for (x, y), p in zip(pairs, probs, strict=True):
         tok = task.tokenizer([docs[x]], [docs[y]], truncation="longest_first", max_length=48, return_tensors="pt")
         with torch.no_grad():
             ref = task.network(**{k: v for k, v in tok.items() if k != "token_type_ids"},
-                               token_type_ids=tok.get("token_type_ids")).softmax(-1)[0]
+                               token_type_ids=tok.get("token_type_ids"))
+            ref = (ref / task.temperature).softmax(-1)[0]  # calibrated on val when it was trained
         assert torch.allclose(p, ref, atol=1e-5)
 
 
@@ -81,3 +84,34 @@ def test_cli_graph_build(tiny_discriminator_ckpt, dependency_dataset_dir, tmp_pa
     assert "pairs scored" in out and "of N^2" in out
     stats = json.loads((tmp_path / "g" / "stats.json").read_text())
     assert stats["config"]["top_m"] == 2 and stats["pairs_scored"] <= 40 * 2 + 16
+
+
+def test_schema_blocking_pairs_what_one_tool_returns_with_what_another_takes(dependency_dataset_dir):
+    from toolgraph.depgraph import schema_candidates
+
+    tools = load_dataset(str(dependency_dataset_dir)).tools
+    index = {t.id: i for i, t in enumerate(tools)}
+    proposed = schema_candidates(tools, m=1)
+    for w in ("bank", "mail", "garden"):  # do_w takes w_token, which login_w returns
+        assert proposed[index[f"do_{w}"]][0] == index[f"login_{w}"]
+        assert index[f"do_{w}"] in proposed[index[f"login_{w}"]]
+    assert all(not p for t, p in zip(tools, proposed, strict=True) if t.id.startswith("misc"))
+    # "token" is taken by 16 tools: with max_df below that, only the whole name "bank token" blocks
+    narrow = schema_candidates(tools, m=5, max_df=2)
+    assert sorted(narrow[index["do_bank"]]) == [index["login_bank"]]
+
+
+def test_graph_file_describes_itself_and_carries_the_val_threshold(tiny_discriminator_ckpt, dependency_dataset_dir,
+                                                                 tmp_path):
+    from toolgraph.data.formats import read_graph_header
+
+    ds = load_dataset(str(dependency_dataset_dir))
+    task = load_task(tiny_discriminator_ckpt)
+    edges, stats = build_graph(ds, task, GraphConfig(top_m=0, accelerator="cpu", keep_prob=0.0))
+    assert stats["edge_threshold"] == pytest.approx(float(task.edge_threshold))  # None: the val choice
+    folder = write_graph(edges, stats, tmp_path / "g", "runs/disc")
+    header = read_graph_header(folder)
+    assert header["dataset"] == ds.name and header["edges"] == len(edges)
+    assert header["discriminator"]["checkpoint"] == "runs/disc" and header["edge_threshold"] == stats["edge_threshold"]
+    kept = [e for e in edges if e["prob"] >= header["edge_threshold"]]
+    assert len(read_edges(folder)) == len(kept)  # no threshold given: the header's

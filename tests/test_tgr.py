@@ -126,3 +126,13 @@ def test_edge_file_keeps_each_tools_most_probable_prerequisites(tmp_path):
     assert read_edges(tmp_path, 0.5, max_per_source=2) == [("a", "y"), ("a", "z"), ("b", "x")]
     with pytest.raises(ConfigError, match="max_prerequisites"):
         read_edges(tmp_path, 0.5, max_per_source=0)
+
+
+def test_alpha_mixes_each_vector_with_its_propagated_one():
+    x = torch.randn(4, 3)
+    edges = torch.tensor([[0, 1], [2, 1]])
+    full = gcn_smooth(x, edges, 1, "to_prerequisite")
+    assert torch.equal(gcn_smooth(x, edges, 1, "to_prerequisite", alpha=0.0), x)
+    assert torch.allclose(gcn_smooth(x, edges, 1, "to_prerequisite", alpha=0.25), 0.75 * x + 0.25 * full, atol=1e-6)
+    with pytest.raises(ValueError, match="alpha"):
+        gcn_smooth(x, edges, 1, alpha=1.5)

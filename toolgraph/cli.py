@@ -98,11 +98,11 @@ def cmd_graph(args: argparse.Namespace) -> int:
     edges, stats = build_graph(ds, task, cfg)
     if stats["rank"] != 0:  # under DDP every rank holds the gathered scores; one writes
         return 0
-    folder = write_graph(edges, stats, args.out)
+    folder = write_graph(edges, stats, args.out, str(args.discriminator))
     print(f"{stats['tools']} tools, {stats['pairs_scored']} pairs scored = "
           f"{100 * stats['fraction_of_n_squared']:.3f}% of N^2 ({stats['n_squared']}); "
           f"gold pairs among candidates {stats['gold_pairs_in_candidates']:.3f}; gold edges recovered at "
-          f"p>={cfg.threshold} {stats['gold_edges_recovered']:.3f} ({stats['gold_edges']} gold); "
+          f"p>={stats['edge_threshold']} {stats['gold_edges_recovered']:.3f} ({stats['gold_edges']} gold); "
           f"{stats['edges_kept']} edges kept, precision {stats['edge_precision']:.3f}; "
           f"{stats['seconds_candidates']}s candidates + {stats['seconds_scoring']}s scoring")
     print(f"wrote {folder}/edges.jsonl, stats.json")
@@ -327,7 +327,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--root", default=None, help="data folder (default: $TOOLGRAPH_DATA)")
     d.set_defaults(fn=cmd_data)
 
-    g = sub.add_parser("graph", help="build a tool-dependency graph with a trained discriminator")
+    g = sub.add_parser("graph", aliases=["depgraph"], help="build a tool-dependency graph with a trained discriminator")
     g.add_argument("action", choices=["build"])
     g.add_argument("--discriminator", required=True, help="discriminator .ckpt or its run folder")
     g.add_argument("--data", required=True, help="dataset name or canonical JSONL folder")

@@ -16,15 +16,16 @@ against N^2, gold edges covered by the candidates and recovered at ``threshold``
 from __future__ import annotations
 
 import json
+import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from toolgraph.data.schema import Tool, ToolDataset, natural_key
-from toolgraph.data.tdi import LABEL_INDEX, Pair
+from toolgraph.data.tdi import LABEL_INDEX
 from toolgraph.files import atomic_path, write_text_atomic
 from toolgraph.retrieval.progress import progress_enabled
 
@@ -33,13 +34,16 @@ from toolgraph.retrieval.progress import progress_enabled
 class GraphConfig:
     links: str | None = None  # a trained link retriever (configs/dependency_links.yaml run or its retriever/)
     links_m: int = 20  # ... proposing each tool's top-M prerequisites
+    schema_m: int = 0  # each tool's top-M prerequisites and dependents by field words (schema blocking)
+    max_df: int = 200  # ... a field word in more tools than this is too common to block on
+    usage_splits: list[str] = field(default_factory=list)  # also pairs used in one request of these splits
     top_m: int = 0  # nearest tools per tool by plain embedding similarity
     same_agent: bool = True  # also pair tools of one owner ...
     same_category: bool = True  # ... or one category
     max_group: int = 50  # ... when the group is at most this large
     encoder: str = "all-MiniLM-L6-v2"  # embeddings for the nearest-tool candidates
     tool_text: str | None = None  # None: the style the discriminator was trained on
-    threshold: float = 0.5  # probability of a direction kept as an edge (stats; TGR re-thresholds)
+    threshold: float | None = None  # edge kept at this probability (stats); None: the discriminator's val choice
     keep_prob: float = 0.05  # directions written to edges.jsonl
     batch_size: int = 128
     accelerator: str = "auto"
@@ -76,18 +80,69 @@ def candidate_pairs(tools: list[Tool], vectors: torch.Tensor | None, cfg: GraphC
     return sorted(pairs)
 
 
-def score_pairs(task, documents: dict[str, str], pairs: list[tuple[str, str]],
+def schema_candidates(tools: list[Tool], m: int, max_df: int = 200) -> list[list[int]]:
+    """Schema blocking: for each tool, the ``m`` tools most likely to feed it and the ``m`` it most
+    likely feeds, by the field words they share. Tool a takes words (its parameter names, as word
+    tokens and as whole names); tool b offers words (its return names, and its name: a tool without a
+    return schema is still named for what it makes, ``hash_string`` feeds ``hashed_name``). A pair
+    scores the IDF of the words a takes and b offers. Words offered or taken by more than ``max_df``
+    tools are skipped, so the work is at most ``max_df``² per word: linear in the catalog, not N²."""
+    from collections import Counter, defaultdict
+
+    from toolgraph.data.schema import param_names
+    from toolgraph.nn.pair_features import tokens as field_tokens
+    from toolgraph.nn.pair_features import words as field_words
+
+    takes: dict[str, set[int]] = defaultdict(set)
+    offers: dict[str, set[int]] = defaultdict(set)
+    for i, t in enumerate(tools):
+        for name in param_names(t.parameters):
+            takes[field_words(name)].add(i)
+            for w in field_tokens(name):
+                takes[w].add(i)
+        for name in param_names(t.returns) + [t.name]:
+            offers[field_words(name)].add(i)
+            for w in field_tokens(name):
+                offers[w].add(i)
+    n = len(tools)
+    feeds: list[Counter] = [Counter() for _ in range(n)]  # feeds[a][b]: how well b can feed a
+    fed: list[Counter] = [Counter() for _ in range(n)]
+    for word, consumers in takes.items():
+        suppliers = offers.get(word)
+        if not suppliers or len(consumers) > max_df or len(suppliers) > max_df:
+            continue
+        idf = math.log(n / len(consumers | suppliers)) + 1.0
+        for a in consumers:
+            for b in suppliers:
+                if a != b:
+                    feeds[a][b] += idf
+                    fed[b][a] += idf
+    return [[j for j, _ in feeds[i].most_common(m)] + [j for j, _ in fed[i].most_common(m)] for i in range(n)]
+
+
+def usage_candidates(ds: ToolDataset, ids: list[str], splits: list[str], max_tools: int = 20) -> list[list[int]]:
+    """Tools used together in one request of ``splits`` (the catalog's usage log; training splits
+    only, so evaluation requests never propose their own pairs). Requests with more than
+    ``max_tools`` tools are skipped: they say little about any one pair."""
+    index = {t: i for i, t in enumerate(ids)}
+    out: list[list[int]] = [[] for _ in ids]
+    for q in ds.queries:
+        if q.split in splits and len(q.tools) <= max_tools:
+            used = [index[t] for t in q.tools if t in index]
+            for a in used:
+                out[a] += [b for b in used if b != a]
+    return out
+
+
+def score_pairs(task, tools: dict[str, Tool], pairs: list[tuple[str, str]], style: str,
                 cfg: GraphConfig) -> tuple[torch.Tensor, int]:
     """Discriminator probabilities [P, 3] (a_needs_b, none, b_needs_a) for (a, b) pairs, via
     Lightning predict, and this process's global rank (rank outputs are gathered, so every rank
     returns the full matrix; let rank 0 write)."""
     import lightning as L
 
-    from toolgraph.data.pairs import length_sorted_loader
-
-    items = [Pair(a, b, "none", "", "candidate") for a, b in pairs]  # label unused by predict
     # one loader over all pairs: under DDP Lightning shards it with a DistributedSampler
-    loader = length_sorted_loader(task.tokenizer, items, documents, task.model_cfg.max_pair_length, cfg.batch_size)
+    loader = task.pair_loader(tools, pairs, style, cfg.batch_size)
     trainer = L.Trainer(accelerator=cfg.accelerator, devices=cfg.devices, strategy=cfg.strategy, logger=False,
                         enable_checkpointing=False, enable_progress_bar=progress_enabled(), enable_model_summary=False)
     outputs = trainer.predict(task, dataloaders=loader) or []
@@ -96,7 +151,7 @@ def score_pairs(task, documents: dict[str, str], pairs: list[tuple[str, str]],
         gathered: list[Any] = [None] * trainer.world_size
         torch.distributed.all_gather_object(gathered, local)
         local = [x for part in gathered for x in part]
-    probs = torch.full((len(items), len(LABEL_INDEX)), float("nan"))
+    probs = torch.full((len(pairs), len(LABEL_INDEX)), float("nan"))
     for index, p in local:
         probs[index] = p  # a DistributedSampler may repeat a pair to even out ranks: same values
     if torch.isnan(probs).any():
@@ -119,11 +174,17 @@ def build_graph(ds: ToolDataset, task, cfg: GraphConfig) -> tuple[list[dict[str,
         dense = DenseRetriever(DenseConfig(model=cfg.encoder, tool_text=style))
         dense.index(tools)  # same sort order as ``tools``
         vectors = dense.tool_vectors
-    proposed = propose_links(tools, documents, cfg) if cfg.links else None
+    proposed = propose_links(tools, documents, cfg) if cfg.links else [[] for _ in tools]
+    if cfg.schema_m > 0:
+        proposed = [p + q for p, q in zip(proposed, schema_candidates(tools, cfg.schema_m, cfg.max_df), strict=True)]
+    if cfg.usage_splits:
+        proposed = [p + q for p, q in zip(proposed, usage_candidates(ds, ids, cfg.usage_splits), strict=True)]
     cand = candidate_pairs(tools, vectors, cfg, proposed)
     t1 = time.perf_counter()
-    probs, rank = score_pairs(task, documents, [(ids[i], ids[j]) for i, j in cand], cfg)  # [P, 3]
+    probs, rank = score_pairs(task, {t.id: t for t in tools}, [(ids[i], ids[j]) for i, j in cand], style,
+                              cfg)  # [P, 3]
     t2 = time.perf_counter()
+    threshold = cfg.threshold if cfg.threshold is not None else float(getattr(task, "edge_threshold", 0.5))
     edges = []
     a_col, b_col = LABEL_INDEX["a_needs_b"], LABEL_INDEX["b_needs_a"]
     for (i, j), p in zip(cand, probs.tolist(), strict=True):
@@ -133,7 +194,7 @@ def build_graph(ds: ToolDataset, task, cfg: GraphConfig) -> tuple[list[dict[str,
             edges.append({"source": ids[j], "target": ids[i], "prob": round(p[b_col], 5)})
     n = len(tools)
     gold = {(d.source, d.target) for d in ds.dependencies if d.source != d.target}
-    kept = {(e["source"], e["target"]) for e in edges if e["prob"] >= cfg.threshold}
+    kept = {(e["source"], e["target"]) for e in edges if e["prob"] >= threshold}
     stats = {
         "dataset": ds.name, "tools": n, "n_squared": n * n, "pairs_scored": len(cand),
         "fraction_of_n_squared": len(cand) / max(1, n * n),
@@ -143,7 +204,9 @@ def build_graph(ds: ToolDataset, task, cfg: GraphConfig) -> tuple[list[dict[str,
         "edges_kept": len(kept), "edge_precision": len(kept & gold) / max(1, len(kept)),
         "seconds_candidates": round(t1 - t0, 2), "seconds_scoring": round(t2 - t1, 2),
         "pairs_per_second": round(len(cand) / max(t2 - t1, 1e-9), 1), "config": asdict(cfg),
-        "discriminator_tool_text": style, "rank": rank,
+        "discriminator_tool_text": style, "rank": rank, "edge_threshold": threshold,
+        "discriminator": {"model": task.model_cfg.name, "temperature": float(getattr(task, "temperature", 1.0)),
+                          "edge_threshold_val": float(getattr(task, "edge_threshold", 0.5))},
     }
     return edges, stats
 
@@ -181,10 +244,19 @@ def propose_links(tools: list[Tool], documents: dict[str, str], cfg: GraphConfig
     return [[order[j] for j in row if j != t.id][: cfg.links_m] for t, row in zip(tools, ranking.ids, strict=True)]
 
 
-def write_graph(edges: list[dict[str, Any]], stats: dict[str, Any], folder: str | Path) -> Path:
+def write_graph(edges: list[dict[str, Any]], stats: dict[str, Any], folder: str | Path,
+                source: str | None = None) -> Path:
+    """edges.jsonl (a header line, then one edge per line) and stats.json. The header says what the
+    graph is: dataset, tool count, the discriminator (``source``, its model and calibration), the
+    edge threshold chosen on its val pairs (TGR's default), and what the probabilities mean."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
+    header = {"format": "toolgraph-dependency-graph/1", "dataset": stats.get("dataset"), "tools": stats.get("tools"),
+              "edges": len(edges), "direction": "source needs target", "prob": "calibrated p(source needs target)",
+              "edge_threshold": stats.get("edge_threshold"), "keep_prob": stats.get("config", {}).get("keep_prob"),
+              "discriminator": {**stats.get("discriminator", {}), "checkpoint": source}}
     with atomic_path(folder / "edges.jsonl") as tmp, tmp.open("w", encoding="utf-8") as f:
+        f.write(json.dumps({"header": header}, ensure_ascii=False) + "\n")
         for e in edges:
             f.write(json.dumps(e, ensure_ascii=False) + "\n")
     write_text_atomic(folder / "stats.json", json.dumps(stats, indent=2, default=str) + "\n")

@@ -338,17 +338,23 @@ def _drop_none(d: dict) -> dict:
     return {k: v for k, v in d.items() if v is not None}
 
 
-def read_edges(path: str | Path, threshold: float = 0.5, max_per_source: int | None = None) -> list[tuple[str, str]]:
-    """(source, target) of a dependency edge file (``toolgraph graph build`` writes it: one
-    ``{"source", "target", "prob"?}`` per line; a folder means its edges.jsonl) with prob >= threshold;
-    ``max_per_source``: only each source's most probable targets (ties: file order)."""
+def read_edges(path: str | Path, threshold: float | None = None, max_per_source: int | None = None) -> list[tuple[str, str]]:
+    """(source, target) of a dependency edge file (``toolgraph graph build`` writes it: an optional
+    first line ``{"header": {...}}`` describing the graph, then one ``{"source", "target", "prob"?}``
+    per line; a folder means its edges.jsonl) with prob >= threshold (None: the header's
+    ``edge_threshold``, chosen on the discriminator's val pairs, else 0.5); ``max_per_source``: only
+    each source's most probable targets (ties: file order)."""
     p = Path(path)
     if p.is_dir():
         p = p / "edges.jsonl"
     if not p.is_file():
         raise ConfigError(f"retriever.graph: {str(path)!r} is neither 'gold' nor an edges.jsonl (toolgraph graph build)")
+    if threshold is None:
+        threshold = float(read_graph_header(p).get("edge_threshold", 0.5))
     kept = []
     for lineno, row in iter_jsonl(p):
+        if lineno == 1 and isinstance(row, dict) and "header" in row:
+            continue
         if not isinstance(row, dict) or not isinstance(row.get("source"), str) or not isinstance(row.get("target"), str):
             raise DataError("expected {\"source\": str, \"target\": str, \"prob\"?: number}", p, lineno)
         prob = float(row.get("prob", 1.0))
@@ -367,3 +373,19 @@ def read_edges(path: str | Path, threshold: float = 0.5, max_per_source: int | N
                 chosen.add(i)
         kept = [e for i, e in enumerate(kept) if i in chosen]
     return [(s, t) for s, t, _ in kept]
+
+
+def read_graph_header(path: str | Path) -> dict:
+    """The ``{"header": {...}}`` first line of an edges.jsonl (or its folder), or {} if it has none."""
+    p = Path(path)
+    p = p / "edges.jsonl" if p.is_dir() else p
+    with p.open(encoding="utf-8") as f:
+        first = f.readline()
+    try:
+        row = json.loads(first) if first.strip() else {}
+    except json.JSONDecodeError:
+        raise DataError("not a JSON line", p, 1) from None
+    header = row.get("header") if isinstance(row, dict) else None
+    if header is not None and not isinstance(header, dict):
+        raise DataError("'header' must be an object", p, 1)
+    return header or {}

@@ -8,7 +8,7 @@ batches are sorted by length (less padding); training batches come from the seed
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -83,3 +83,53 @@ class PairDataModule(ResumableDataModule):
 
     def test_dataloader(self) -> DataLoader:
         return self.eval_loader(self.tdi.pairs["test"])
+
+
+class FeatureCollator:
+    """Pair indices (or (index, seed)) -> ``{"inputs": featurize(indices), labels, weights, index}``:
+    for models that read precomputed pair features rather than tokens."""
+
+    def __init__(self, pairs: Sequence[Pair], featurize: Callable[[list[int]], dict[str, torch.Tensor]]):
+        self.pairs, self.featurize = pairs, featurize
+
+    def __call__(self, items: list[Any]) -> dict[str, Any]:
+        idx = [i[0] if isinstance(i, tuple) else i for i in items]
+        chosen = [self.pairs[i] for i in idx]
+        return {"inputs": self.featurize(idx),
+                "labels": torch.tensor([LABEL_INDEX[p.label] for p in chosen]),  # [B]
+                "weights": torch.tensor([p.weight for p in chosen], dtype=torch.float),  # [B]
+                "index": torch.tensor(idx)}  # [B]
+
+
+def rows_of(tensors: dict[str, torch.Tensor]) -> Callable[[list[int]], dict[str, torch.Tensor]]:
+    """featurize by row lookup in precomputed per-pair tensors."""
+    return lambda idx: {k: v[idx] for k, v in tensors.items()}
+
+
+class FeaturePairDataModule(PairDataModule):
+    """``PairDataModule`` serving precomputed pair features: ``tensors[set name]`` holds, per input
+    name, one row per pair of that set (same order as ``tdi.pairs[set name]``)."""
+
+    def __init__(self, tdi: TDISet, train_set: str, cfg: TextDataConfig, tensors: dict[str, dict[str, torch.Tensor]],
+                 seed: int = 0):
+        super().__init__(tdi, train_set, cfg, None, 0, seed)
+        for name in (train_set, "val", "test"):
+            for key, rows in tensors[name].items():
+                if rows.shape[0] != len(tdi.pairs[name]):
+                    raise ValueError(f"{key} of {name!r}: {rows.shape[0]} rows for {len(tdi.pairs[name])} pairs")
+        self.tensors = tensors
+
+    def train_collator(self) -> Any:
+        return FeatureCollator(self.train_pairs, rows_of(self.tensors[self.train_set]))
+
+    def _loader(self, name: str) -> DataLoader:
+        rank, world = self._rank_world()
+        pairs = self.tdi.pairs[name]
+        return DataLoader(list(range(len(pairs)))[rank::world], batch_size=self.cfg.eval_batch_size, shuffle=False,
+                          collate_fn=FeatureCollator(pairs, rows_of(self.tensors[name])), num_workers=self.num_workers)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val")
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test")

@@ -179,10 +179,10 @@ def render_tool(tool: Tool, style: str = "default") -> str:
             parts.append(f"from {tool.agent}")
         if tool.category:
             parts.append(f"category {tool.category}")
-        names = _param_names(tool.parameters)
+        names = param_names(tool.parameters)
         if names:
             parts.append("parameters: " + ", ".join(names))
-        outputs = _param_names(tool.returns) if style == "io" else []
+        outputs = param_names(tool.returns) if style == "io" else []
         if outputs:
             parts.append("returns: " + ", ".join(outputs))
         return ". ".join(p.rstrip(" .") for p in parts if p.rstrip(" ."))
@@ -208,7 +208,7 @@ def render_agent(agent: Agent, tools: Sequence[str] = ()) -> str:
     return ". ".join(p.rstrip(" .") for p in parts if p.rstrip(" ."))
 
 
-def _param_names(parameters: Any) -> list[str]:
+def param_names(parameters: Any) -> list[str]:
     """Parameter names from the common schema shapes (JSON-schema object, list of dicts, dict)."""
     if not parameters:
         return []

@@ -14,13 +14,19 @@ Splits (all seeded):
   neighbourhoods stay together; an edge across the split is dropped and counted.
 * **finetune**: the remaining pairs at their real class ratio (``hard_negatives`` +
   ``easy_negatives`` "none" pairs per edge), each pair in a random orientation;
-  ``val_fraction`` of it (stratified by label) is held out as **val**.
+  ``val_fraction`` of it (stratified by label) is held out as **val** (``val_split: pairs``), or,
+  with ``val_split: tools``, val is carved like test: ``val_fraction`` of the training side's tools,
+  so model selection sees unseen tools as test does (pairs share tools with training otherwise).
 * **pretrain**: class-balanced, from the finetune pairs only: every edge in both orientations
   (reversing a pair gives the other class) plus as many "none" pairs as one direction has.
 
 Negatives never use a pair that is a known dependency in any split of its dataset (test chains
 included), so a hidden dependency is never labelled "none". Hard negatives are pairs used together
 in one request (train/val requests only), or sharing an agent or a category; easy ones are random.
+
+Each tool also keeps its schema fields (``TDISet.fields``: name, description, parameter and return
+names, category, agent), written as ``fields_a`` / ``fields_b`` on every JSONL line: what the
+schema discriminator (``tasks/discriminator_schema.py``) reads.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from typing import Any
 
 from toolgraph.data.formats import iter_jsonl
 from toolgraph.data.loading import load_dataset
-from toolgraph.data.schema import Query, Tool, ToolDataset
+from toolgraph.data.schema import Query, Tool, ToolDataset, param_names
 from toolgraph.errors import ConfigError, DataError
 from toolgraph.files import atomic_path, write_text_atomic
 from toolgraph.registry import DATASETS
@@ -42,6 +48,7 @@ from toolgraph.registry import DATASETS
 LABELS = ("a_needs_b", "none", "b_needs_a")
 LABEL_INDEX = {name: i for i, name in enumerate(LABELS)}
 SETS = ("pretrain", "finetune", "val", "test")
+FIELD_KEYS = ("name", "description", "parameters", "returns", "category", "agent")
 
 
 def default_sources() -> list[dict[str, Any]]:
@@ -65,6 +72,7 @@ class TDIConfig:
     hard_negatives: int = 2  # "none" pairs per edge sharing a request, agent or category
     easy_negatives: int = 1  # random "none" pairs per edge
     tool_text: str = "default"
+    val_split: str = "pairs"  # pairs: stratified pairs of the training side | tools: tool-disjoint, like test
     seed: int = 0
 
 
@@ -84,6 +92,7 @@ class TDISet:
     pairs: dict[str, list[Pair]]  # set name -> pairs
     dropped: Counter = field(default_factory=Counter)
     config: dict[str, Any] = field(default_factory=dict)
+    fields: dict[str, dict[str, Any]] = field(default_factory=dict)  # tool id -> FIELD_KEYS (schema names)
 
     def counts(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -112,12 +121,22 @@ def _check_source(i: int, spec: Any) -> dict[str, Any]:
     return {"options": {}, "weight": 1.0, "flag": None, "test": True, **spec}
 
 
+def tool_fields(tool: Tool) -> dict[str, Any]:
+    """The schema fields a dependency is made of: b's returns feed a's parameters."""
+    return {"name": tool.name, "description": tool.description, "parameters": param_names(tool.parameters),
+            "returns": param_names(tool.returns), "category": tool.category, "agent": tool.agent}
+
+
 def build_tdi(cfg: TDIConfig, root: str | Path | None = None) -> TDISet:
     if not 0 <= cfg.test_fraction < 1 or not 0 <= cfg.val_fraction < 1:
         raise ConfigError("tdi: test_fraction and val_fraction must be in [0, 1)")
+    if cfg.val_split not in ("pairs", "tools"):
+        raise ConfigError(f"tdi: val_split must be 'pairs' or 'tools', got {cfg.val_split!r}")
     rng = random.Random(cfg.seed)
     documents: dict[str, str] = {}
+    fields: dict[str, dict[str, Any]] = {}
     train_pairs: list[Pair] = []
+    val_pairs: list[Pair] = []
     test_pairs: list[Pair] = []
     dropped: Counter = Counter()
     for i, raw in enumerate(cfg.sources):
@@ -129,20 +148,26 @@ def build_tdi(cfg: TDIConfig, root: str | Path | None = None) -> TDISet:
             name, root, **{k: v for k, v in spec["options"].items() if k != "dependency_splits"})
         known = {frozenset((d.source, d.target)) for d in full.dependencies}
         splits = set(ds.notes.get("dependency_splits") or ("train", "val", "test"))
-        side_train, side_test, d = _source_pairs(ds, known, splits, spec, cfg, rng)
+        sides, d = _source_pairs(ds, known, splits, spec, cfg, rng)
         dropped.update({f"{ds.name}: {k}": v for k, v in d.items()})
         for t in ds.tools:
             documents[f"{ds.name}:{t.id}"] = t.document(cfg.tool_text)
-        train_pairs += side_train
-        test_pairs += side_test
-    val, finetune = _stratified_split(train_pairs, cfg.val_fraction, rng)
+            fields[f"{ds.name}:{t.id}"] = tool_fields(t)
+        train_pairs += sides["train"]
+        val_pairs += sides["val"]
+        test_pairs += sides["test"]
+    if cfg.val_split == "pairs":
+        val, finetune = _stratified_split(train_pairs, cfg.val_fraction, rng)
+    else:
+        val, finetune = val_pairs, train_pairs
+        rng.shuffle(finetune)
     pretrain = _balanced(finetune, rng)
     pairs = {"pretrain": pretrain, "finetune": finetune, "val": val, "test": test_pairs}
-    return TDISet(documents, pairs, dropped, asdict(cfg))
+    return TDISet(documents, pairs, dropped, asdict(cfg), fields)
 
 
 def _source_pairs(ds, known: set, splits: set, spec: dict, cfg: TDIConfig,
-                  rng: random.Random) -> tuple[list[Pair], list[Pair], Counter]:
+                  rng: random.Random) -> tuple[dict[str, list[Pair]], Counter]:
     name, weight, flag = ds.name, float(spec["weight"]), spec["flag"]
     dropped: Counter = Counter()
     edges: dict[tuple[str, str], str] = {}
@@ -157,7 +182,11 @@ def _source_pairs(ds, known: set, splits: set, spec: dict, cfg: TDIConfig,
     tool_ids = sorted(t.id for t in ds.tools)
     test_tools = _test_tools(tool_ids, list(edges), cfg.test_fraction if spec["test"] else 0.0, rng)
     side = {t: ("test" if t in test_tools else "train") for t in tool_ids}
-    out: dict[str, list[Pair]] = {"train": [], "test": []}
+    if cfg.val_split == "tools" and spec["test"]:  # val carved like test (a source kept out of test stays out)
+        rest = [t for t in tool_ids if side[t] == "train"]
+        for t in _test_tools(rest, [e for e in edges if side[e[0]] == side[e[1]] == "train"], cfg.val_fraction, rng):
+            side[t] = "val"
+    out: dict[str, list[Pair]] = {"train": [], "val": [], "test": []}
     n_edges = Counter()
     for (a, b), kind in sorted(edges.items()):
         if side[a] != side[b]:
@@ -166,7 +195,7 @@ def _source_pairs(ds, known: set, splits: set, spec: dict, cfg: TDIConfig,
         out[side[a]].append(_oriented(f"{name}:{a}", f"{name}:{b}", "a_needs_b", name, kind, weight, rng))
         n_edges[side[a]] += 1
     hard = _hard_candidates(ds, splits)
-    for s in ("train", "test"):
+    for s in out:
         members = [t for t in tool_ids if side[t] == s]
         taken = set()
         pool = [p for p in hard if side[p[0]] == s and side[p[1]] == s and frozenset(p) not in known]
@@ -191,7 +220,7 @@ def _source_pairs(ds, known: set, splits: set, spec: dict, cfg: TDIConfig,
             out[s].append(_oriented(f"{name}:{a}", f"{name}:{b}", "none", name, "easy", weight, rng))
         if want:
             dropped[f"easy negatives not found ({s})"] += want
-    return out["train"], out["test"], dropped
+    return out, dropped
 
 
 def _hard_candidates(ds, splits: set) -> list[tuple[str, str]]:
@@ -295,14 +324,17 @@ def write_tdi(tdi: TDISet, folder: str | Path) -> Path:
                 row = {"tool_a": p.tool_a, "tool_b": p.tool_b, "label": p.label,
                        "doc_a": tdi.documents[p.tool_a], "doc_b": tdi.documents[p.tool_b],
                        "source": p.source, "kind": p.kind, "weight": p.weight}
+                if p.tool_a in tdi.fields and p.tool_b in tdi.fields:
+                    row |= {"fields_a": tdi.fields[p.tool_a], "fields_b": tdi.fields[p.tool_b]}
                 f.write(json.dumps(row, ensure_ascii=False) + "\n")
     stats = {"counts": tdi.counts(), "config": tdi.config}
     write_text_atomic(folder / "stats.json", json.dumps(stats, indent=2) + "\n")
     return folder
 
 
-def read_pairs(path: str | Path) -> tuple[list[Pair], dict[str, str]]:
-    """Pairs and documents of one TDI JSONL file; errors name the file and line."""
+def read_pairs(path: str | Path, fields: dict[str, dict[str, Any]] | None = None) -> tuple[list[Pair], dict[str, str]]:
+    """Pairs and documents of one TDI JSONL file; errors name the file and line. Each line's optional
+    ``fields_a`` / ``fields_b`` (schema names) go into ``fields`` when given."""
     pairs, docs = [], {}
     for lineno, row in iter_jsonl(path):
         if not isinstance(row, dict):
@@ -320,9 +352,24 @@ def read_pairs(path: str | Path) -> tuple[list[Pair], dict[str, str]]:
         for key, doc in (("tool_a", "doc_a"), ("tool_b", "doc_b")):
             if docs.setdefault(row[key], row[doc]) != row[doc]:
                 raise DataError(f"tool {row[key]!r} has two different documents in this file", path, lineno)
+        for key, name in (("tool_a", "fields_a"), ("tool_b", "fields_b")):
+            if name in row and fields is not None:
+                fields[row[key]] = _check_fields(row[name], f"{name} of {row[key]!r}", path, lineno)
         pairs.append(Pair(row["tool_a"], row["tool_b"], row["label"], str(row.get("source", "")),
                           str(row.get("kind", "")), float(weight)))
     return pairs, docs
+
+
+def _check_fields(value: Any, what: str, path: Any, lineno: int) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise DataError(f"{what}: expected an object with keys {list(FIELD_KEYS)}", path, lineno)
+    for key in ("parameters", "returns"):
+        names = value.get(key, [])
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise DataError(f"{what}: {key!r} must be a list of strings, got {names!r}", path, lineno)
+    if not isinstance(value.get("name"), str) or not value["name"].strip():
+        raise DataError(f"{what}: missing or empty 'name'", path, lineno)
+    return {k: value.get(k, [] if k in ("parameters", "returns") else None) for k in FIELD_KEYS}
 
 
 def read_tdi(folder: str | Path) -> TDISet:
@@ -330,15 +377,16 @@ def read_tdi(folder: str | Path) -> TDISet:
     if not folder.is_dir():
         raise DataError("TDI folder not found (build one with: toolgraph data tdi build OUT)", folder)
     documents: dict[str, str] = {}
+    fields: dict[str, dict[str, Any]] = {}
     pairs: dict[str, list[Pair]] = {}
     for name in SETS:
         path = folder / f"{name}.jsonl"
         if path.is_file():
-            pairs[name], docs = read_pairs(path)
+            pairs[name], docs = read_pairs(path, fields)
             documents.update(docs)
     if not pairs:
         raise DataError(f"no {'/'.join(SETS)}.jsonl files in the TDI folder", folder)
-    return TDISet(documents, pairs)
+    return TDISet(documents, pairs, fields=fields)
 
 
 # ---- the same edges as a retrieval dataset: "which tools does this tool need?" -------------------

@@ -34,11 +34,15 @@ def normalized_adjacency(edges: torch.Tensor, n: int, direction: str = "to_prere
     return torch.sparse_coo_tensor(index, values, (n, n), is_coalesced=True, check_invariants=False)
 
 
-def gcn_smooth(x: torch.Tensor, edges: torch.Tensor, layers: int = 1, direction: str = "to_prerequisite") -> torch.Tensor:
-    """x [n, H] -> (D^-1/2 (A + I) D^-1/2)^layers x, [n, H]."""
+def gcn_smooth(x: torch.Tensor, edges: torch.Tensor, layers: int = 1, direction: str = "to_prerequisite",
+               alpha: float = 1.0) -> torch.Tensor:
+    """x [n, H] -> ``layers`` times x <- (1 - alpha) x + alpha D^-1/2 (A + I) D^-1/2 x, [n, H].
+    ``alpha`` = 1 is TGR's propagation; a smaller one keeps more of each tool's own vector."""
     if layers < 0:
         raise ValueError(f"layers must be >= 0, got {layers}")
+    if not 0 <= alpha <= 1:
+        raise ValueError(f"alpha must be in [0, 1], got {alpha}")
     adj = normalized_adjacency(edges, x.shape[0], direction)
     for _ in range(layers):
-        x = torch.sparse.mm(adj, x)  # [n, H]
+        x = (1 - alpha) * x + alpha * torch.sparse.mm(adj, x)  # [n, H]
     return x

@@ -30,9 +30,10 @@ from toolgraph.retrieval.dense import DenseConfig, DenseRetriever
 class TGRConfig(DenseConfig):
     name: str = "tgr"
     graph: str = "gold"  # gold (dataset dependencies) | path to edges.jsonl from `toolgraph graph build`
-    threshold: float = bounded(0.5, ge=0, le=1)  # edge-file probability at or above which an edge is kept
+    threshold: float | None = bounded(None, ge=0, le=1)  # edge-file prob kept; None: the file's val-chosen one
     max_prerequisites: int | None = bounded(None, ge=1)  # edge file: keep each tool's k most probable prerequisites
     layers: int = bounded(1, ge=0)
+    alpha: float = bounded(1.0, ge=0, le=1)  # x <- (1 - alpha) x + alpha * A_hat x per layer (1: TGR)
     direction: Literal["to_prerequisite", "to_dependent", "symmetric"] = "to_prerequisite"  # nn/propagate.py
 
 
@@ -56,7 +57,7 @@ class TGRRetriever(DenseRetriever):
         index = {t.id: i for i, t in enumerate(self.tools)}
         pairs = [(index[s], index[t]) for s, t in self.edges if s in index and t in index]
         edges = torch.tensor(pairs, dtype=torch.long).reshape(-1, 2)  # [E, 2]
-        smoothed = gcn_smooth(self.tool_vectors, edges, self.config.layers, self.config.direction)
+        smoothed = gcn_smooth(self.tool_vectors, edges, self.config.layers, self.config.direction, self.config.alpha)
         self.tool_vectors = F.normalize(smoothed, dim=-1) if self.config.normalize else smoothed
         self.graph_edges = len(pairs)
         self._build_faiss()

@@ -7,6 +7,13 @@ Two stages, as in the paper: ``pretrain`` on the class-balanced set with cross-e
 Validation is the held-out 20 % of the finetuning pairs; the best checkpoint is chosen by the
 macro-F1 of the two dependency classes; test reports per-class P/R/F1 and the confusion matrix
 on the tool-disjoint test set. ``predict`` scores any pair list (graph construction).
+
+Calibration: after every validation the task fits a temperature on the val logits
+(``nn.calibration``) and picks the graph's edge threshold (best val F1 of directed edges); both are
+buffers, so the checkpoint chosen by val carries its own. ``predict`` returns the calibrated
+probabilities; the test report gives the expected calibration error before and after, with the
+reliability bins. ``DiscriminatorTask`` is the cross-encoder; ``discriminator_schema`` reads
+schema features instead (``tasks/discriminator_schema.py``) and shares everything else.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from toolgraph.config import TaskConfig, bounded
 from toolgraph.data.tdi import LABEL_INDEX, LABELS, TDIConfig, build_tdi, read_tdi
 from toolgraph.errors import ConfigError
 from toolgraph.evaluation import write_results
+from toolgraph.nn.calibration import edge_threshold, fit_temperature, reliability
 from toolgraph.nn.encoder import backbone_artifacts, load_or_restore
 from toolgraph.nn.losses import category_averaged_ce
 from toolgraph.nn.rerankers import PairScorer
@@ -86,7 +94,12 @@ class DiscriminatorTask(Task):
                                   "not a discriminator")
             self.network.load_state_dict(previous.network.state_dict())
             self.tokenizer = previous.tokenizer
+        self.build_calibration()
+
+    def build_calibration(self) -> None:
         self.register_buffer("class_counts", torch.ones(len(LABELS)), persistent=False)
+        self.register_buffer("temperature", torch.ones(()))  # fitted on val: in the checkpoint
+        self.register_buffer("edge_threshold", torch.tensor(0.5))
 
     def loss_name(self) -> str:
         m = self.model_cfg
@@ -95,7 +108,7 @@ class DiscriminatorTask(Task):
     # ---- data -----------------------------------------------------------------------------------
     @classmethod
     def monitorable(cls, cfg: Any) -> list[str]:
-        return ["val/macro_f1", "val/macro_f1_all", "val/accuracy"] + [f"val/f1_{n}" for n in LABELS]
+        return ["val/macro_f1", "val/macro_f1_all", "val/accuracy", "val/nll"] + [f"val/f1_{n}" for n in LABELS]
 
     def datamodule_for(self, cfg: Any):
         from toolgraph.data.pairs import PairDataModule
@@ -126,27 +139,60 @@ class DiscriminatorTask(Task):
 
     # ---- evaluation -----------------------------------------------------------------------------
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
-        self.val_confusion.update(self(batch["inputs"]).argmax(1), batch["labels"])
+        logits = self(batch["inputs"]).float()
+        self.val_confusion.update(logits.argmax(1), batch["labels"])
+        self._val_logits.append((logits.detach().cpu(), batch["labels"].cpu()))
+
+    def on_validation_epoch_start(self) -> None:
+        self._val_logits: list[tuple[torch.Tensor, torch.Tensor]] = []
 
     def test_step(self, batch: dict[str, Any], batch_idx: int) -> None:
-        pred = self(batch["inputs"]).argmax(1)
+        logits = self(batch["inputs"]).float()
+        pred = logits.argmax(1)
         self.test_confusion.update(pred, batch["labels"])
         self._test_predictions += list(zip(batch["index"].tolist(), pred.tolist(), strict=True))
+        self._test_logits.append((logits.detach().cpu(), batch["labels"].cpu()))
 
     def on_test_epoch_start(self) -> None:
         self._test_predictions: list[tuple[int, int]] = []
+        self._test_logits: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def _gathered(self, parts: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logits [N, 3], labels [N]) of this epoch from every rank."""
+        if self.trainer is not None and self.trainer.world_size > 1:
+            everyone: list[Any] = [None] * self.trainer.world_size
+            torch.distributed.all_gather_object(everyone, parts)
+            parts = [p for part in everyone for p in part]
+        if not parts:
+            return torch.zeros(0, len(LABELS)), torch.zeros(0, dtype=torch.long)
+        return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
 
     def on_validation_epoch_end(self) -> None:
         report = classification_report(self.val_confusion.compute())
-        self.log_dict({f"val/{k}": v for k, v in report.items()})
+        logits, labels = self._gathered(self._val_logits)
+        t = fit_temperature(logits, labels)  # the same on every rank: all hold all logits
+        probs = (logits / t).softmax(-1)
+        threshold, edge_f1 = edge_threshold(probs, labels)
+        self.temperature.fill_(t)
+        self.edge_threshold.fill_(threshold)
+        nll = float(F.cross_entropy(logits, labels)) if len(labels) else 0.0
+        self.log_dict({f"val/{k}": v for k, v in report.items()} | {
+            "val/nll": nll, "val/temperature": t, "val/edge_threshold": threshold, "val/edge_f1": edge_f1,
+            "val/ece": reliability(probs, labels)["ece"] if len(labels) else 0.0})
         self.val_confusion.reset()
 
     def on_test_epoch_end(self) -> None:
         confusion = self.test_confusion.compute()
         report = classification_report(confusion)
-        self.log_dict({f"test/{k}": v for k, v in report.items()})
+        logits, labels = self._gathered(self._test_logits)
+        before, after = reliability(logits.softmax(-1), labels), reliability((logits / self.temperature).softmax(-1), labels)
+        calibration = {"temperature": float(self.temperature), "ece_before": before["ece"], "ece_after": after["ece"],
+                       "edge_threshold": float(self.edge_threshold), "reliability_before": before["bins"],
+                       "reliability_after": after["bins"]}
+        self.log_dict({f"test/{k}": v for k, v in report.items()} | {
+            "test/ece_before": before["ece"], "test/ece_after": after["ece"]})
         self.test_report = {**report, "confusion": confusion.long().tolist(), "labels": list(LABELS),
-                            "per_source": self._per_source()}
+                            "per_source": self._per_source(), "calibration": calibration}
         self.test_confusion.reset()
 
     def _per_source(self) -> dict[str, Any]:
@@ -166,7 +212,17 @@ class DiscriminatorTask(Task):
                       "confusion": c.tolist()} for src, c in sorted(confusion.items())}
 
     def predict_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, torch.Tensor]:
-        return {"index": batch["index"], "probs": self(batch["inputs"]).float().softmax(-1)}  # [B], [B, 3]
+        logits = self(batch["inputs"]).float() / self.temperature  # calibrated on val
+        return {"index": batch["index"], "probs": logits.softmax(-1)}  # [B], [B, 3]
+
+    def pair_loader(self, tools: dict[str, Any], pairs: list[tuple[str, str]], style: str, batch_size: int):
+        """A loader over (a, b) tool-id pairs for ``predict`` (graph construction); ``tools``: id -> Tool."""
+        from toolgraph.data.pairs import length_sorted_loader
+        from toolgraph.data.tdi import Pair
+
+        documents = {i: tools[i].document(style) for i in {t for p in pairs for t in p}}
+        items = [Pair(a, b, "none", "", "candidate") for a, b in pairs]  # label unused by predict
+        return length_sorted_loader(self.tokenizer, items, documents, self.model_cfg.max_pair_length, batch_size)
 
     # ---- checkpoints and results ------------------------------------------------------------
     def checkpoint_artifacts(self) -> dict[str, Any]:

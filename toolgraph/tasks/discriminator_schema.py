@@ -1,0 +1,126 @@
+"""The schema discriminator: TGR's 3-class dependency task read from the tools' fields.
+
+A frozen text encoder embeds each tool's description, name, parameter names and return names once
+(cached on disk); ``nn.pair_features`` turns a pair into field-match features in both directions
+(does b return what a takes?), and ``SchemaPairHead`` reads them in both orders, so swapping a pair
+swaps the two dependency classes exactly. Training is the MLP only: seconds per epoch on a CPU,
+where the cross-encoder (``model.name: discriminator``) takes half an hour. Everything else —
+stages, the category-averaged loss, val model selection, calibration, the test report, ``predict``
+for graph construction — is ``DiscriminatorTask``'s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+
+from toolgraph.config import bounded
+from toolgraph.data.pairs import FeatureCollator, FeaturePairDataModule
+from toolgraph.data.tdi import Pair, tool_fields
+from toolgraph.errors import ConfigError
+from toolgraph.nn.encoder import TextEncoder, backbone_artifacts, load_or_restore
+from toolgraph.nn.pair_features import SchemaPairHead, build_views, feature_matrix, pair_vectors
+from toolgraph.registry import TASKS
+from toolgraph.retrieval.cache import EmbeddingCache
+from toolgraph.retrieval.encode import encode_texts
+from toolgraph.retrieval.loading import load_task, resolve_checkpoint
+from toolgraph.tasks.discriminator import DiscriminatorConfig, DiscriminatorTask, load_tdi
+
+
+@dataclass
+class SchemaDiscriminatorConfig(DiscriminatorConfig):
+    name: str = "discriminator_schema"
+    hidden: int = bounded(64, ge=1)
+    dropout: float = bounded(0.2, ge=0, lt=1)
+    vectors: Literal["none", "symmetric"] = "none"  # also the documents' u*v and |u-v| (order-free)
+    embed_max_length: int = bounded(128, ge=8)
+    cache_dir: str | None = ".cache/embeddings"  # frozen-encoder vectors of the field texts
+    head_lr: float | None = None  # one learning rate: the head is all that trains
+
+
+@TASKS.register("discriminator_schema")
+class SchemaDiscriminatorTask(DiscriminatorTask):
+    Config = SchemaDiscriminatorConfig
+
+    def build(self, artifacts: dict[str, Any] | None) -> None:
+        m = self.model_cfg
+        backbone, self.tokenizer = load_or_restore(m.encoder, artifacts and artifacts["encoder"])
+        self.encoder = TextEncoder(backbone).requires_grad_(False).eval()
+        dim = 2 * self.encoder.dim if m.vectors == "symmetric" else 0
+        self.head = SchemaPairHead(dim, m.hidden, m.dropout)
+        self.scaled = artifacts is not None  # a checkpoint carries its feature scale
+        if m.init_from and not artifacts:
+            start = resolve_checkpoint(m.init_from, "model.init_from")
+            previous = load_task(start)
+            if not isinstance(previous, SchemaDiscriminatorTask):
+                raise ConfigError(f"model.init_from: {start} is a {previous.model_cfg.name!r} checkpoint, "
+                                  "not a discriminator_schema one")
+            self.head.load_state_dict(previous.head.state_dict())
+            self.scaled = True
+        self.build_calibration()
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        self.encoder.eval()  # frozen: no dropout, ever
+        return self
+
+    def forward(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.head(inputs["features"], inputs.get("vectors"))  # [B, 3]
+
+    def encoder_parameters(self) -> list[torch.nn.Parameter] | None:
+        return None
+
+    def checkpoint_artifacts(self) -> dict[str, Any]:
+        return {"encoder": backbone_artifacts(self.encoder.backbone, self.tokenizer)}
+
+    # ---- features -------------------------------------------------------------------------------
+    def embed(self, texts: list[str]) -> torch.Tensor:
+        """Frozen-encoder vectors [n, H] through the on-disk cache."""
+        m = self.model_cfg
+        cache = EmbeddingCache(m.cache_dir, self.encoder.fingerprint())
+        found, missing = cache.get(texts, m.embed_max_length)
+        out = torch.empty(len(texts), self.encoder.dim)
+        for i, v in found.items():
+            out[i] = v
+        if missing:
+            todo = [texts[i] for i in missing]
+            vecs = encode_texts(self.encoder, self.tokenizer, todo, self.cfg.data.eval_batch_size,
+                                m.embed_max_length, self.device, progress="embedding tool fields")
+            out[missing] = vecs
+            cache.put(todo, vecs, m.embed_max_length)
+            cache.flush()
+        return out
+
+    def inputs_of(self, views: dict[str, Any], pairs: list[tuple[str, str]]) -> dict[str, torch.Tensor]:
+        inputs = {"features": feature_matrix(views, pairs)}
+        if self.model_cfg.vectors == "symmetric":
+            inputs["vectors"] = pair_vectors(views, pairs)
+        return inputs
+
+    def datamodule_for(self, cfg: Any) -> FeaturePairDataModule:
+        tdi = load_tdi(cfg.data.name, cfg.data.options, cfg.data.root)
+        missing = sorted({t for ps in tdi.pairs.values() for p in ps for t in (p.tool_a, p.tool_b)} - set(tdi.fields))
+        if missing:
+            raise ConfigError(f"data.name={cfg.data.name!r}: no schema fields for {len(missing)} tool(s) (e.g. "
+                              f"{missing[0]!r}); the schema discriminator needs fields_a / fields_b on every line: "
+                              "rebuild the folder with `toolgraph data tdi build`")
+        views = build_views(tdi.fields, tdi.documents, self.embed)
+        sets = (self.model_cfg.stage, "val", "test")
+        tensors = {name: self.inputs_of(views, [(p.tool_a, p.tool_b) for p in tdi.pairs[name]]) for name in sets}
+        if not self.scaled:
+            self.head.fit_scale(tensors[self.model_cfg.stage]["features"])
+        dm = FeaturePairDataModule(tdi, self.model_cfg.stage, cfg.data, tensors, cfg.seed)
+        self.class_counts = torch.tensor(dm.class_counts(), dtype=torch.float)
+        return dm
+
+    def pair_loader(self, tools: dict[str, Any], pairs: list[tuple[str, str]], style: str, batch_size: int):
+        """Features computed per batch from the tools' fields (any catalog, any size)."""
+        used = sorted({t for p in pairs for t in p})
+        views = build_views({i: tool_fields(tools[i]) for i in used}, {i: tools[i].document(style) for i in used},
+                            self.embed)
+        items = [Pair(a, b, "none", "", "candidate") for a, b in pairs]
+        collate = FeatureCollator(items, lambda idx: self.inputs_of(views, [pairs[i] for i in idx]))
+        return torch.utils.data.DataLoader(list(range(len(pairs))), batch_size=batch_size, shuffle=False,
+                                           collate_fn=collate)

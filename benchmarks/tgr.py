@@ -95,7 +95,8 @@ def retrieval(args: argparse.Namespace) -> None:
            "metrics": {k: round(v, 4) for k, v in res["metrics"].items() if k in RETRIEVAL_METRICS
                        or k in ("recall@20", "recall@50")},
            "retriever": {k: v for k, v in (cfg.get("retriever") or {}).items()
-                         if k in ("graph", "threshold", "layers", "direction")}, "command": args.command}
+                         if k in ("graph", "threshold", "layers", "direction", "alpha", "boost")},
+           "command": args.command}
     if "training" in res:
         row["training_steps"], row["seconds"] = res["training"]["global_step"], round(res["training"]["seconds"])
     if args.note:
@@ -111,7 +112,7 @@ def graph(args: argparse.Namespace) -> None:
     setting = args.setting or (f"links-m={c['links_m']}" if c.get("links") else f"embedding-m={c['top_m']}")
     row = {"method": "graph_build", "dataset": stats["dataset"], "split": "all", "setting": setting,
            "encoder": "all-MiniLM-L6-v2", "metrics": {k: stats[k] for k in GRAPH_METRICS},
-           "threshold": c["threshold"], "machine": machine(), "command": args.command}
+           "threshold": stats.get("edge_threshold", c["threshold"]), "machine": machine(), "command": args.command}
     upsert(NAME, [row])
     render(page=args.page)
     print(json.dumps(row["metrics"]))
@@ -234,9 +235,11 @@ def tune(args: argparse.Namespace) -> None:
 
     graphs = [("gold", None)] + [(str(g), t) for g in args.graph for t in args.thresholds]
     grid = []
-    for (graph, thr), direction, alpha, layers in itertools.product(
-            graphs, ("to_prerequisite", "symmetric"), (0.25, 0.5, 1.0), (1, 2)):
-        settings = {"graph": graph, "direction": direction, "alpha": alpha, "layers": layers}
+    for (graph, thr), direction, alpha, boost in itertools.product(
+            graphs, ("to_prerequisite",), (0.0, 0.25, 0.5, 1.0), (0.0, 0.3, 0.6)):
+        if alpha == 0 and boost == 0:
+            continue  # the base encoder itself
+        settings = {"graph": graph, "direction": direction, "alpha": alpha, "layers": 1, "boost": boost}
         if thr is not None:
             settings["threshold"] = thr
         m = run("val", **settings)
@@ -252,7 +255,7 @@ def tune(args: argparse.Namespace) -> None:
         m = run("test", **settings)
         kind = "tgr-m" if settings.get("graph") == "gold" else "tgr-d"
         rows.append({"method": method, "dataset": ds.name, "split": "test",
-                     "setting": f"{args.label}" if method == "dense" else f"{kind}:val-tuned:{args.label}",
+                     "setting": f"{args.label}:tune-base" if method == "dense" else f"{kind}:val-tuned:{args.label}",
                      "encoder": args.encoder_label or args.encoder, "queries": len(ds.split("test")),
                      "metrics": {k: round(v, 4) for k, v in m.items() if k in RETRIEVAL_METRICS},
                      "retriever": settings, "val": {"pass@5": round(best[0], 4), "recall@5": round(best[1], 4),

@@ -136,3 +136,21 @@ def test_alpha_mixes_each_vector_with_its_propagated_one():
     assert torch.allclose(gcn_smooth(x, edges, 1, "to_prerequisite", alpha=0.25), 0.75 * x + 0.25 * full, atol=1e-6)
     with pytest.raises(ValueError, match="alpha"):
         gcn_smooth(x, edges, 1, alpha=1.5)
+
+
+def test_boost_lifts_a_prerequisite_next_to_the_tool_that_needs_it(tmp_path):
+    from toolgraph.data.schema import Tool
+    from toolgraph.retrieval.tgr import TGRConfig, TGRRetriever
+
+    tools = [Tool("delete", "DeleteAccount", "delete the user account"), Tool("token", "GetUserToken", "get a token"),
+             Tool("other", "OtherThing", "unrelated")]
+    r = TGRRetriever(TGRConfig(model="all-MiniLM-L6-v2", graph="gold", alpha=0.0, boost=0.5, cache_dir=None))
+    r.edges = [("delete", "token")]
+    r.tools = tools
+    r._index_edges()
+    base = torch.tensor([[0.9, 0.1, 0.3]])
+    r.encode_queries = lambda q: base  # noqa: E731 - scores are then base @ I
+    r.tool_vectors = torch.eye(3)
+    boosted = r.score(["delete my account"])
+    assert torch.allclose(boosted, torch.tensor([[0.9, 0.1 + 0.5 * 0.9, 0.3]]))
+    assert r.retrieve(["delete my account"], 2).ids == [["delete", "token"]]  # without the boost: other 2nd

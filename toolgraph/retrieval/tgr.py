@@ -23,6 +23,7 @@ from toolgraph.data.schema import ToolDataset
 from toolgraph.errors import DataError
 from toolgraph.nn.propagate import gcn_smooth
 from toolgraph.registry import RETRIEVERS
+from toolgraph.retrieval.base import Retriever
 from toolgraph.retrieval.dense import DenseConfig, DenseRetriever
 
 
@@ -34,6 +35,7 @@ class TGRConfig(DenseConfig):
     max_prerequisites: int | None = bounded(None, ge=1)  # edge file: keep each tool's k most probable prerequisites
     layers: int = bounded(1, ge=0)
     alpha: float = bounded(1.0, ge=0, le=1)  # x <- (1 - alpha) x + alpha * A_hat x per layer (1: TGR)
+    boost: float = bounded(0.0, ge=0)  # + boost * the best score among the tools that need this one
     direction: Literal["to_prerequisite", "to_dependent", "symmetric"] = "to_prerequisite"  # nn/propagate.py
 
 
@@ -45,6 +47,7 @@ class TGRRetriever(DenseRetriever):
     def __init__(self, config: TGRConfig | None = None, encoder=None, tokenizer=None):
         super().__init__(config, encoder, tokenizer)
         self.edges: list[tuple[str, str]] = []  # (source needs target), by tool id
+        self._edge_index = torch.zeros(2, 0, dtype=torch.long)
         if self.config.graph != "gold":
             self.edges = read_edges(self.config.graph, self.config.threshold, self.config.max_prerequisites)
 
@@ -54,13 +57,35 @@ class TGRRetriever(DenseRetriever):
 
     def _build(self) -> None:
         super()._build()  # [N, H] encoder vectors (cached)
-        index = {t.id: i for i, t in enumerate(self.tools)}
-        pairs = [(index[s], index[t]) for s, t in self.edges if s in index and t in index]
-        edges = torch.tensor(pairs, dtype=torch.long).reshape(-1, 2)  # [E, 2]
+        edges = self._index_edges().T  # [E, 2]
         smoothed = gcn_smooth(self.tool_vectors, edges, self.config.layers, self.config.direction, self.config.alpha)
         self.tool_vectors = F.normalize(smoothed, dim=-1) if self.config.normalize else smoothed
-        self.graph_edges = len(pairs)
+        self.graph_edges = len(edges)
         self._build_faiss()
+
+    def _index_edges(self) -> torch.Tensor:
+        """The graph's edges among the indexed tools as positions, [2, E] (dependent, prerequisite)."""
+        index = {t.id: i for i, t in enumerate(self.tools)}
+        pairs = [(index[s], index[t]) for s, t in self.edges if s in index and t in index]
+        self._edge_index = torch.tensor(pairs, dtype=torch.long).reshape(-1, 2).T.contiguous()
+        return self._edge_index
+
+    def score(self, queries: list[str]) -> torch.Tensor:
+        """Cosine scores [Q, N]; with ``boost``, a prerequisite also gets ``boost`` times the best score
+        of the tools that need it: "delete my account" ranks DeleteAccount first and, through the
+        edge, GetUserToken next to it (Pass@k needs both)."""
+        scores = super().score(queries)
+        if self.config.boost <= 0 or not self._edge_index.numel():
+            return scores
+        needs, needed = self._edge_index  # [E] source (dependent), [E] target (prerequisite)
+        best = torch.zeros_like(scores).scatter_reduce(1, needed.expand(len(scores), -1), scores[:, needs],
+                                                       reduce="amax", include_self=True)  # [Q, N], >= 0
+        return scores + self.config.boost * best
+
+    def _search(self, queries: list[str], k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.config.boost > 0:  # the boost is on scores: exact search over them
+            return Retriever._search(self, queries, k)
+        return super()._search(queries, k)
 
     def _save_state(self, folder: Path) -> None:
         super()._save_state(folder)
@@ -74,3 +99,4 @@ class TGRRetriever(DenseRetriever):
                 raise DataError("expected a JSON list of [source, target] tool id pairs; re-save the retriever", path)
             self.edges = [tuple(e) for e in edges]
         super()._load_state(folder)
+        self._index_edges()  # the saved vectors are smoothed already; the boost needs the edges

@@ -115,3 +115,17 @@ def test_graph_file_describes_itself_and_carries_the_val_threshold(tiny_discrimi
     assert header["discriminator"]["checkpoint"] == "runs/disc" and header["edge_threshold"] == stats["edge_threshold"]
     kept = [e for e in edges if e["prob"] >= header["edge_threshold"]]
     assert len(read_edges(folder)) == len(kept)  # no threshold given: the header's
+
+
+def test_cli_depgraph_build_with_schema_and_usage_blocking(tiny_discriminator_ckpt, dependency_dataset_dir, tmp_path,
+                                                           capsys):
+    from toolgraph.cli import main
+
+    rc = main(["depgraph", "build", "--discriminator", str(tiny_discriminator_ckpt), "--data",
+               str(dependency_dataset_dir), "--out", str(tmp_path / "g"), "schema_m=1", "top_m=0",
+               "same_category=false", "usage_splits=[train]", "accelerator=cpu"])
+    assert rc == 0 and "pairs scored" in capsys.readouterr().out
+    stats = json.loads((tmp_path / "g" / "stats.json").read_text())
+    assert stats["config"]["usage_splits"] == ["train"] and stats["config"]["schema_m"] == 1
+    assert stats["gold_pairs_in_candidates"] == 1.0  # the login each service's tool needs: by schema
+    assert json.loads((tmp_path / "g" / "edges.jsonl").read_text().splitlines()[0])["header"]["tools"] == 40

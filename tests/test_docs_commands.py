@@ -81,6 +81,11 @@ RULES: list[tuple[str, str, tuple[str, ...]]] = [
         ("test_training.py::test_evaluate_with_checkpoint_uses_the_runs_data",),
     ),
     (r"^toolgraph graph build --discriminator runs/", "covered", ("test_depgraph.py::test_cli_graph_build",)),
+    (
+        r"^toolgraph depgraph build --discriminator runs/",
+        "covered",
+        ("test_depgraph.py::test_cli_depgraph_build_with_schema_and_usage_blocking",),
+    ),
     (  # the folders come from MiniLM evaluations and trainings (minutes to an hour here)
         r"^toolgraph report runs/",
         "covered",
@@ -229,7 +234,7 @@ def resolve_cli(argv: list[str], monkeypatch, capsys):
         cfg = yaml.safe_load(capsys.readouterr().out)
         assert isinstance(cfg, dict) and "data" in cfg, f"--print-config printed no config: {cfg}"
         name = cfg["data"]["name"]
-    if cfg.get("model", {}).get("name") != "discriminator":  # which reads data.name=tdi as its pair sets
+    if cfg.get("model", {}).get("name") not in ("discriminator", "discriminator_schema"):  # data.name=tdi: pairs
         assert name in DATASETS.names() or Path(name).is_dir(), f"{name!r} is not a registered dataset"
     return cfg
 

@@ -207,6 +207,48 @@ def scale(args: argparse.Namespace) -> None:
     render(page=args.page)
 
 
+def sweep(args: argparse.Namespace) -> None:
+    """A W&B grid spec run locally, one training per grid point (no test, no export, no checkpoint
+    files): each point's best val metric and its epoch; the best point is the recipe's choice."""
+    import csv
+    import itertools
+
+    import yaml
+
+    from toolgraph.config import load_config
+    from toolgraph.training import TrainConfig, train
+
+    spec = yaml.safe_load(args.spec.read_text())
+    if spec.get("method") != "grid":
+        raise SystemExit(f"{args.spec}: only method: grid runs locally")
+    config = spec["command"][spec["command"].index("--config") + 1]
+    metric = spec["metric"]["name"]
+    keys = list(spec["parameters"])
+    rows = []
+    for values in itertools.product(*(spec["parameters"][k]["values"] for k in keys)):
+        point = dict(zip(keys, values, strict=True))
+        name = ",".join(f"{k.split('.')[-1]}={v}" for k, v in point.items())
+        out = args.out / name.replace("=", "").replace(",", "_")
+        over = [f"{k}={v}" for k, v in point.items()] + [
+            f"out_dir={out}", "test=false", "export=false", "checkpoint.save_top_k=0", "logger.wandb=false",
+            "trainer.enable_progress_bar=false"]
+        t0 = time.perf_counter()
+        train(load_config(TrainConfig, [config], over))
+        with (out / "logs" / "metrics.csv").open() as f:
+            curve = [(int(r["epoch"]), float(r[metric])) for r in csv.DictReader(f) if r.get(metric)]
+        epoch, best = max(curve, key=lambda c: c[1])
+        rows.append({"method": "discriminator_sweep", "dataset": "tdi", "split": "val", "setting": name,
+                     "model": "discriminator_schema", "metrics": {metric: round(best, 4), "best_epoch": epoch},
+                     "seconds": round(time.perf_counter() - t0), "machine": machine(),
+                     "command": args.command})
+        print(name, metric, round(best, 4), "epoch", epoch, flush=True)
+    chosen = max(rows, key=lambda r: r["metrics"][metric])
+    for r in rows:
+        r["chosen"] = r is chosen
+    print("chosen:", chosen["setting"])
+    upsert(NAME, rows)
+
+
 def tune(args: argparse.Namespace) -> None:
     """TGR settings chosen on the val split (best Pass@5, then R@5), then the chosen one and its base
     encoder on test: graph (gold, or a `toolgraph graph build` folder at several thresholds),
@@ -343,6 +385,10 @@ def main() -> None:
     sc.add_argument("--m", type=int, default=20)
     sc.add_argument("--max-df", type=int, default=200)
     sc.add_argument("--command", required=True)
+    sw = sub.add_parser("sweep")
+    sw.add_argument("spec", type=Path, help="a W&B sweep spec with method: grid")
+    sw.add_argument("--out", type=Path, default=Path("runs/sweeps/discriminator"))
+    sw.add_argument("--command", required=True)
     t = sub.add_parser("tune")
     t.add_argument("--dataset", required=True, choices=["api-bank", "toollinkos", "seal-tools"])
     t.add_argument("--encoder", default="all-MiniLM-L6-v2", help="base encoder: a name or an encoder folder")
@@ -356,7 +402,7 @@ def main() -> None:
         sp.add_argument("--page", type=Path, default=PAGE, help="page with the tgr-* blocks")
     args = p.parse_args()
     {"discriminator": discriminator, "retrieval": retrieval, "graph": graph, "candidates": candidates,
-     "tune": tune, "scale": scale, "render": lambda a: render(page=a.page)}[args.cmd](args)
+     "tune": tune, "scale": scale, "sweep": sweep, "render": lambda a: render(page=a.page)}[args.cmd](args)
 
 
 if __name__ == "__main__":

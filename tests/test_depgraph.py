@@ -129,3 +129,4 @@ def test_cli_depgraph_build_with_schema_and_usage_blocking(tiny_discriminator_ck
     assert stats["config"]["usage_splits"] == ["train"] and stats["config"]["schema_m"] == 1
     assert stats["gold_pairs_in_candidates"] == 1.0  # the login each service's tool needs: by schema
     assert json.loads((tmp_path / "g" / "edges.jsonl").read_text().splitlines()[0])["header"]["tools"] == 40
+

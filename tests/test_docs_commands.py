@@ -71,6 +71,11 @@ RULES: list[tuple[str, str, tuple[str, ...]]] = [
         ),
     ),
     (
+        r"^toolgraph retrieve --checkpoint runs/\S+ --graph ",
+        "covered",
+        ("test_training.py::test_retrieve_with_a_dependency_graph_brings_the_prerequisite_up",),
+    ),
+    (
         r"^toolgraph retrieve --checkpoint runs/",
         "covered",
         ("test_training.py::test_retrieve_command_prints_top_tools",),
@@ -81,6 +86,11 @@ RULES: list[tuple[str, str, tuple[str, ...]]] = [
         ("test_training.py::test_evaluate_with_checkpoint_uses_the_runs_data",),
     ),
     (r"^toolgraph graph build --discriminator runs/", "covered", ("test_depgraph.py::test_cli_graph_build",)),
+    (
+        r"^toolgraph export --checkpoint runs/\S+ --out runs/\S+ --graph ",
+        "covered",
+        ("test_training.py::test_export_with_a_graph_writes_a_tgr_folder_that_loads_for_serving",),
+    ),
     (
         r"^toolgraph depgraph build --discriminator runs/",
         "covered",

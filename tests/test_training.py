@@ -186,3 +186,45 @@ def test_train_errors_are_clear_and_fast(synthetic_dataset_dir, tiny_bert_dir, t
     assert main(["train", *over]) == 2
     assert time.perf_counter() - t0 < 2.0
     assert needle in capsys.readouterr().err
+
+
+def test_retrieve_with_a_dependency_graph_brings_the_prerequisite_up(trained, tmp_path, capsys):
+    from toolgraph.cli import main
+
+    out, _, _ = trained
+    query = "please tell me the weather"
+    assert main(["retrieve", "--checkpoint", str(out), "-k", "50", query]) == 0
+    plain = [line.split()[2] for line in capsys.readouterr().out.splitlines()[1:]]
+    top, last = plain[0], plain[-1]
+    graph = tmp_path / "g"
+    graph.mkdir()
+    (graph / "edges.jsonl").write_text(json.dumps({"header": {"edge_threshold": 0.5}}) + "\n"
+                                       + json.dumps({"source": top, "target": last, "prob": 0.9}) + "\n")
+    argv = ["retrieve", "--checkpoint", str(out), "-k", "2", "--graph", str(graph), "--graph-option", "alpha=0",
+            "--graph-option", "boost=2.0", query]
+    assert main(argv) == 0
+    boosted = [line.split()[2] for line in capsys.readouterr().out.splitlines()[1:]]
+    assert last in boosted  # the least similar tool, needed by the top one, is now in the top 2
+    assert main(["retrieve", "--checkpoint", str(out), "--graph", str(graph), "--graph-option", "beta=1", query]) != 0
+    assert "unknown key(s) ['beta']" in capsys.readouterr().err
+
+
+def test_export_with_a_graph_writes_a_tgr_folder_that_loads_for_serving(trained, tmp_path, capsys):
+    from toolgraph.cli import main
+    from toolgraph.retrieval.tgr import TGRRetriever
+
+    out, summary, _ = trained
+    graph = tmp_path / "edges.jsonl"
+    graph.write_text(json.dumps({"source": "t1", "target": "t2", "prob": 0.9}) + "\n")  # not this catalog's ids
+    assert main(["export", "--checkpoint", summary["best_checkpoint"], "--out", str(tmp_path / "x"),
+                 "--graph", str(graph)]) != 0
+    assert "none of its 1 edges joins two tools" in capsys.readouterr().err
+    graph.write_text(json.dumps({"source": "0", "target": "1", "prob": 0.9}) + "\n")
+    folder = tmp_path / "served"
+    assert main(["export", "--checkpoint", summary["best_checkpoint"], "--out", str(folder), "--graph", str(graph),
+                 "--graph-option", "boost=0.5"]) == 0
+    assert "tgr retriever" in capsys.readouterr().out
+    served = toolgraph.load(folder)  # what `toolgraph serve --retriever` loads
+    assert isinstance(served, TGRRetriever) and served.edges == [("0", "1")] and served.config.boost == 0.5
+    assert len(served.retrieve(["weather forecast for the week"], 2).ids[0]) == 2
+    assert served._edge_index.shape == (2, 1)  # the boost found its edge among the loaded tools

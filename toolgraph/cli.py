@@ -227,6 +227,10 @@ def cmd_retrieve(args: argparse.Namespace) -> int:
     from toolgraph.retrieval.loading import load
 
     retriever = _loading(args.checkpoint, load)
+    if args.graph:
+        from toolgraph.retrieval.tgr import with_graph
+
+        retriever = with_graph(retriever, args.graph, **_options(args.graph_option))
     ranking = retriever.retrieve(args.queries, args.k)
     by_id = {t.id: t for t in retriever.tools}
     for query, ids, scores in zip(args.queries, ranking.ids, ranking.scores.tolist(), strict=True):
@@ -275,6 +279,12 @@ def cmd_export(args: argparse.Namespace) -> int:
     check_output_folder(args.out, "--out", ("retriever.json", "manifest.json"))
     task = _loading(args.checkpoint, load_task)
     retriever = task.export_retriever(args.out)
+    if args.graph:  # the same encoder and tools, smoothed over a dependency graph: what `serve` then loads
+        from toolgraph.retrieval.loading import load
+        from toolgraph.retrieval.tgr import with_graph
+
+        retriever = with_graph(load(args.out), args.graph, **_options(args.graph_option))
+        retriever.save(args.out)
     write_cards(args.out, {"config": task.hparams["config"]}, name=Path(args.out).resolve().name)  # no test metrics
     print(f"wrote {args.out}: {retriever.name} retriever over {len(retriever.tools)} tools")
     return 0
@@ -348,12 +358,17 @@ def build_parser() -> argparse.ArgumentParser:
     q = sub.add_parser("retrieve", help="top tools for queries, from a checkpoint or saved retriever")
     q.add_argument("--checkpoint", required=True, help=".ckpt, exported retriever folder, or run folder")
     q.add_argument("-k", type=int, default=5)
+    q.add_argument("--graph", default=None, help="a dependency graph (toolgraph depgraph build folder or edges.jsonl): "
+                   "TGR over the retriever's encoder")
+    q.add_argument("--graph-option", action="append", default=[], help="TGR key=value: alpha, boost, threshold, ...")
     q.add_argument("queries", nargs="+")
     q.set_defaults(fn=cmd_retrieve)
 
     x = sub.add_parser("export", help="export the retriever of a .ckpt to a folder (toolgraph.load reads it)")
     x.add_argument("--checkpoint", required=True, help="a toolgraph .ckpt")
     x.add_argument("--out", required=True, help="output folder")
+    x.add_argument("--graph", default=None, help="a dependency graph folder or edges.jsonl: export a TGR retriever")
+    x.add_argument("--graph-option", action="append", default=[], help="TGR key=value: alpha, boost, threshold, ...")
     x.set_defaults(fn=cmd_export)
 
     v = sub.add_parser("serve", help="serve a saved retriever as an MCP server (search_tools, search_agents)")

@@ -10,17 +10,17 @@ Any encoder works: a name, an exported bi-encoder folder, or a run's ``retriever
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Literal
 
 import torch
 import torch.nn.functional as F
 
-from toolgraph.config import bounded
+from toolgraph.config import bounded, from_dict
 from toolgraph.data.formats import read_edges, read_json
 from toolgraph.data.schema import ToolDataset
-from toolgraph.errors import DataError
+from toolgraph.errors import ConfigError, DataError
 from toolgraph.nn.propagate import gcn_smooth
 from toolgraph.registry import RETRIEVERS
 from toolgraph.retrieval.base import Retriever
@@ -47,7 +47,7 @@ class TGRRetriever(DenseRetriever):
     def __init__(self, config: TGRConfig | None = None, encoder=None, tokenizer=None):
         super().__init__(config, encoder, tokenizer)
         self.edges: list[tuple[str, str]] = []  # (source needs target), by tool id
-        self._edge_index = torch.zeros(2, 0, dtype=torch.long)
+        self._edge_index: torch.Tensor | None = None  # [2, E] positions; built on first use
         if self.config.graph != "gold":
             self.edges = read_edges(self.config.graph, self.config.threshold, self.config.max_prerequisites)
 
@@ -75,9 +75,10 @@ class TGRRetriever(DenseRetriever):
         of the tools that need it: "delete my account" ranks DeleteAccount first and, through the
         edge, GetUserToken next to it (Pass@k needs both)."""
         scores = super().score(queries)
-        if self.config.boost <= 0 or not self._edge_index.numel():
+        edge_index = self._edge_index if self._edge_index is not None else self._index_edges()
+        if self.config.boost <= 0 or not edge_index.numel():
             return scores
-        needs, needed = self._edge_index  # [E] source (dependent), [E] target (prerequisite)
+        needs, needed = edge_index  # [E] source (dependent), [E] target (prerequisite)
         best = torch.zeros_like(scores).scatter_reduce(1, needed.expand(len(scores), -1), scores[:, needs],
                                                        reduce="amax", include_self=True)  # [Q, N], >= 0
         return scores + self.config.boost * best
@@ -99,4 +100,25 @@ class TGRRetriever(DenseRetriever):
                 raise DataError("expected a JSON list of [source, target] tool id pairs; re-save the retriever", path)
             self.edges = [tuple(e) for e in edges]
         super()._load_state(folder)
-        self._index_edges()  # the saved vectors are smoothed already; the boost needs the edges
+        self._edge_index = None  # the saved vectors are smoothed already; the boost indexes the edges on use
+
+
+def with_graph(retriever: Retriever, graph: str, **options: object) -> TGRRetriever:
+    """The TGR version of a loaded dense retriever (a checkpoint's, an exported folder's): the same
+    encoder and tools, tool vectors smoothed over ``graph`` (an edges.jsonl or a ``toolgraph depgraph
+    build`` folder). ``options``: TGRConfig keys (alpha, boost, threshold, layers, direction)."""
+    if not isinstance(retriever, DenseRetriever):
+        raise ConfigError(f"--graph smooths tool vectors over a graph: it needs a dense retriever, not "
+                          f"{type(retriever).__name__}")
+    unknown = sorted(set(options) - {"alpha", "boost", "threshold", "layers", "direction", "max_prerequisites"})
+    if unknown:
+        raise ConfigError(f"--graph-option: unknown key(s) {unknown}; expected alpha, boost, threshold, layers, "
+                          "direction, max_prerequisites")
+    base = {f.name: getattr(retriever.config, f.name) for f in fields(DenseConfig) if f.name != "name"}
+    config = from_dict(TGRConfig(), {**base, **options, "graph": str(graph)}, "--graph-option")
+    tgr = TGRRetriever(config, retriever.encoder, retriever._tokenizer)
+    tgr.index(list(retriever.tools))
+    if tgr.edges and not tgr.graph_edges:
+        raise ConfigError(f"--graph {graph}: none of its {len(tgr.edges)} edges joins two tools of this retriever "
+                          f"(graph ids like {tgr.edges[0][0]!r}, tool ids like {retriever.tools[0].id!r})")
+    return tgr

@@ -63,8 +63,37 @@ def discriminator(args: argparse.Namespace) -> None:
     if (args.run / "logs" / "metrics.csv").is_file():
         row["val_curve"] = _val_curve(args.run)
     upsert(NAME, [row])
+    if args.plot and "calibration" in row:
+        reliability_plot(row, args.plot)
     render(page=args.page)
     print(json.dumps({k: row[k] for k in ("setting", "metrics", "training_steps")}))
+
+
+def reliability_plot(row: dict, path: Path) -> None:
+    """The reliability diagram of a discriminator row: accuracy against confidence per bin, before
+    and after temperature scaling, bar width = the bin, dot size = its share of the pairs."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cal = row["calibration"]
+    fig, ax = plt.subplots(figsize=(4.5, 4.5))
+    ax.plot([0, 1], [0, 1], color="grey", lw=1, ls="--", label="perfect")
+    for key, label in (("reliability_before", f"T = 1 (ECE {cal['ece_before']:.3f})"),
+                       ("reliability_after", f"T = {cal['temperature']:.2f} (ECE {cal['ece_after']:.3f})")):
+        bins = cal[key]
+        total = sum(b["count"] for b in bins)
+        ax.plot([b["confidence"] for b in bins], [b["accuracy"] for b in bins], marker="o", label=label)
+        ax.scatter([b["confidence"] for b in bins], [b["accuracy"] for b in bins],
+                   s=[400 * b["count"] / total for b in bins], alpha=0.3)
+    ax.set(xlabel="confidence (top class)", ylabel="accuracy", xlim=(0.3, 1), ylim=(0.3, 1),
+           title=f"discriminator {row['setting']}: tool-disjoint test")
+    ax.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 def retest(checkpoint: str) -> dict:
@@ -362,6 +391,7 @@ def main() -> None:
     d = sub.add_parser("discriminator")
     d.add_argument("run", type=Path)
     d.add_argument("--setting", default=None, help="row setting (default: the run's stage)")
+    d.add_argument("--plot", type=Path, default=None, help="write the reliability diagram here (PNG)")
     d.add_argument("--command", required=True)
     r = sub.add_parser("retrieval")
     r.add_argument("run", type=Path)

@@ -357,6 +357,13 @@ def render(page: str | Path = PAGE) -> None:
         if r.get("per_source"):
             parts = ", ".join(f"{k} {v['macro_f1']:.3f} ({v['pairs']} pairs)" for k, v in r["per_source"].items())
             lines.append(f"\n{r['setting']}: macro-F1 per source — {parts}.")
+    sweep_rows = sorted((r for r in rows if r["method"] == "discriminator_sweep"), key=lambda r: r["setting"])
+    if sweep_rows:
+        lines += ["", "Sweep (`configs/sweeps/discriminator.yaml`, val only; the best epoch of each point):", "",
+                  "| point | val macro-F1 | best epoch | chosen |", "|---|---|---|---|"]
+        for r in sweep_rows:
+            lines.append(f"| {r['setting']} | {r['metrics']['val/macro_f1']:.4f} | {r['metrics']['best_epoch']} | "
+                         f"{'**yes**' if r.get('chosen') else ''} |")
     write_block(page, "tgr-discriminator", "\n".join(lines))
     ret = sorted((r for r in rows if r["method"] in ("dense", "tgr")),
                  key=lambda r: (r["dataset"], r["encoder"], r["method"] != "dense", r["setting"]))
@@ -382,6 +389,17 @@ def render(page: str | Path = PAGE) -> None:
         elif r["method"] == "candidates":
             lines.append(f"| {r['dataset']} | {r['setting']} (no scoring) | {m['pairs']} | "
                          f"{100 * m['fraction_of_n_squared']:.2f} | {m['gold_pairs_in_candidates']:.3f} | – | – | – | – |")
+    cost = sorted((r for r in rows if r["method"] == "candidate_cost"), key=lambda r: r["metrics"]["tools"])
+    if cost:
+        lines += ["", "Schema blocking cost against catalog size (merged catalogs; `copies`: renamed copies beyond "
+                  "the distinct tools):", "", "| tools | pairs | % of N² | seconds | peak MiB | copies |",
+                  "|---|---|---|---|---|---|"]
+        for r in cost:
+            m = r["metrics"]
+            lines.append(f"| {m['tools']} | {m['pairs']} | {100 * m['fraction_of_n_squared']:.3f} | {m['seconds']} | "
+                         f"{m['peak_mib']} | {'yes' if m['copies'] else 'no'} |")
+        e = cost[0]["fitted_exponent"]
+        lines.append(f"\nFitted exponent (log-log slope over N): time {e['seconds']}, memory {e['memory']}.")
     write_block(page, "tgr-graph", "\n".join(lines))
 
 

@@ -130,3 +130,21 @@ def test_cli_depgraph_build_with_schema_and_usage_blocking(tiny_discriminator_ck
     assert stats["gold_pairs_in_candidates"] == 1.0  # the login each service's tool needs: by schema
     assert json.loads((tmp_path / "g" / "edges.jsonl").read_text().splitlines()[0])["header"]["tools"] == 40
 
+
+
+
+def test_schema_blocking_is_the_same_in_every_process():
+    """Field words are sets, iterated in hash order, which changes per process (PYTHONHASHSEED): two
+    suppliers tied for one consumer (one offers "alpha", the other "beta", it takes "alpha_beta")
+    must come out in the same order every time."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import json; from toolgraph.data.schema import Tool; from toolgraph.depgraph import schema_candidates\n"
+            "tools = [Tool('c', 'consume', '', parameters={'properties': {'alpha_beta': {}}})]\n"
+            "tools += [Tool(f's{i}', f'make{i}', '', returns={w: {}}) for i, w in enumerate(['alpha', 'beta'] * 3)]\n"
+            "print(json.dumps(schema_candidates(tools, 1)[0]))")
+    runs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout for seed in range(8)}
+    assert len(runs) == 1, runs

@@ -177,3 +177,15 @@ def test_a_tdi_folder_without_fields_is_refused_by_name(schema_run, tiny_bert_di
             json.dumps({k: v for k, v in r.items() if not k.startswith("fields_")}) + "\n" for r in rows))
     with pytest.raises(ConfigError, match=r"bare.*no schema fields.*toolgraph data tdi build"):
         _train(bare, tiny_bert_dir, tmp_path / "out")
+
+
+def test_init_from_continues_a_schema_run_and_refuses_a_cross_encoder(schema_run, tiny_discriminator_ckpt,
+                                                                     tiny_bert_dir, tmp_path):
+    tdi, _, summary = schema_run
+    before = load_task(summary["best_checkpoint"]).head
+    again = _train(tdi, tiny_bert_dir, tmp_path / "again", f"model.init_from={summary['best_checkpoint']}",
+                   "trainer.max_epochs=1", "optim.lr=1e-9")
+    after = load_task(again["best_checkpoint"]).head
+    assert torch.allclose(after.mlp[0].weight, before.mlp[0].weight, atol=1e-6)  # not a fresh random head
+    with pytest.raises(ConfigError, match="is a 'discriminator' checkpoint, not a 'discriminator_schema' one"):
+        _train(tdi, tiny_bert_dir, tmp_path / "cross", f"model.init_from={tiny_discriminator_ckpt}")

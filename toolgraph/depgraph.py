@@ -107,17 +107,20 @@ def schema_candidates(tools: list[Tool], m: int, max_df: int = 200) -> list[list
     n = len(tools)
     feeds: list[Counter] = [Counter() for _ in range(n)]  # feeds[a][b]: how well b can feed a
     fed: list[Counter] = [Counter() for _ in range(n)]
-    for word, consumers in takes.items():
+    for word, consumers in sorted(takes.items()):  # a fixed order: equal scores break the same way every run
         suppliers = offers.get(word)
         if not suppliers or len(consumers) > max_df or len(suppliers) > max_df:
             continue
         idf = math.log(n / len(consumers | suppliers)) + 1.0
-        for a in consumers:
-            for b in suppliers:
+        for a in sorted(consumers):
+            for b in sorted(suppliers):
                 if a != b:
                     feeds[a][b] += idf
                     fed[b][a] += idf
-    return [[j for j, _ in feeds[i].most_common(m)] + [j for j, _ in fed[i].most_common(m)] for i in range(n)]
+    def best(scores: Counter) -> list[int]:
+        return [j for j, _ in sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))[:m]]  # ties: lower index
+
+    return [best(feeds[i]) + best(fed[i]) for i in range(n)]
 
 
 def usage_candidates(ds: ToolDataset, ids: list[str], splits: list[str], max_tools: int = 20) -> list[list[int]]:

@@ -86,15 +86,24 @@ class DiscriminatorTask(Task):
         m = self.model_cfg
         backbone, self.tokenizer = load_or_restore(m.encoder, artifacts and artifacts["encoder"])
         self.network = PairScorer(backbone, m.dropout, outputs=len(LABELS))
-        if m.init_from and not artifacts:  # a checkpoint carries its weights itself
-            start = resolve_checkpoint(m.init_from, "model.init_from")
-            previous = load_task(start)
-            if not isinstance(previous, DiscriminatorTask):
-                raise ConfigError(f"model.init_from: {start} is a {previous.model_cfg.name!r} checkpoint, "
-                                  "not a discriminator")
+        previous = self.previous_stage(artifacts)
+        if previous is not None:
             self.network.load_state_dict(previous.network.state_dict())
             self.tokenizer = previous.tokenizer
         self.build_calibration()
+
+    def previous_stage(self, artifacts: dict[str, Any] | None) -> DiscriminatorTask | None:
+        """The task of ``model.init_from`` (a pretrain-stage run of the same model), or None; a
+        checkpoint being restored (``artifacts``) carries its weights itself."""
+        m = self.model_cfg
+        if not m.init_from or artifacts:
+            return None
+        start = resolve_checkpoint(m.init_from, "model.init_from")
+        previous = load_task(start)
+        if type(previous) is not type(self):
+            raise ConfigError(f"model.init_from: {start} is a {previous.model_cfg.name!r} checkpoint, "
+                              f"not a {m.name!r} one")
+        return previous
 
     def build_calibration(self) -> None:
         self.register_buffer("class_counts", torch.ones(len(LABELS)), persistent=False)

@@ -25,7 +25,6 @@ from toolgraph.nn.pair_features import SchemaPairHead, build_views, feature_matr
 from toolgraph.registry import TASKS
 from toolgraph.retrieval.cache import EmbeddingCache
 from toolgraph.retrieval.encode import encode_texts
-from toolgraph.retrieval.loading import load_task, resolve_checkpoint
 from toolgraph.tasks.discriminator import DiscriminatorConfig, DiscriminatorTask, load_tdi
 
 
@@ -51,13 +50,9 @@ class SchemaDiscriminatorTask(DiscriminatorTask):
         dim = 2 * self.encoder.dim if m.vectors == "symmetric" else 0
         self.head = SchemaPairHead(dim, m.hidden, m.dropout)
         self.scaled = artifacts is not None  # a checkpoint carries its feature scale
-        if m.init_from and not artifacts:
-            start = resolve_checkpoint(m.init_from, "model.init_from")
-            previous = load_task(start)
-            if not isinstance(previous, SchemaDiscriminatorTask):
-                raise ConfigError(f"model.init_from: {start} is a {previous.model_cfg.name!r} checkpoint, "
-                                  "not a discriminator_schema one")
-            self.head.load_state_dict(previous.head.state_dict())
+        previous = self.previous_stage(artifacts)
+        if previous is not None:
+            self.head.load_state_dict(previous.head.state_dict())  # its feature scale too
             self.scaled = True
         self.build_calibration()
 

@@ -189,3 +189,21 @@ def test_init_from_continues_a_schema_run_and_refuses_a_cross_encoder(schema_run
     assert torch.allclose(after.mlp[0].weight, before.mlp[0].weight, atol=1e-6)  # not a fresh random head
     with pytest.raises(ConfigError, match="is a 'discriminator' checkpoint, not a 'discriminator_schema' one"):
         _train(tdi, tiny_bert_dir, tmp_path / "cross", f"model.init_from={tiny_discriminator_ckpt}")
+
+
+def test_calibration_fits_on_the_val_pairs_of_tested_sources():
+    from types import SimpleNamespace
+
+    from toolgraph.data.tdi import Pair, TDISet
+    from toolgraph.tasks.discriminator import DiscriminatorTask
+
+    val = [Pair("a", "b", "none", "nestools", "easy"), Pair("c", "d", "a_needs_b", "ultratool", "order", 0.5),
+           Pair("e", "f", "b_needs_a", "toollinkos", "dependency")]
+    test = [Pair("g", "h", "none", "nestools", "easy"), Pair("i", "j", "none", "toollinkos", "easy")]
+    tdi = TDISet({}, {"val": val, "test": test})
+    stub = SimpleNamespace(trainer=SimpleNamespace(datamodule=SimpleNamespace(tdi=tdi)))
+    keep = DiscriminatorTask.calibration_pairs(stub, torch.tensor([2, 0, 1]))
+    assert keep.tolist() == [True, True, False]  # UltraTool is never tested: it does not calibrate
+    only_untested = TDISet({}, {"val": [val[1]], "test": test})
+    stub.trainer.datamodule.tdi = only_untested
+    assert DiscriminatorTask.calibration_pairs(stub, torch.tensor([0])).tolist() == [True]  # nothing else: all

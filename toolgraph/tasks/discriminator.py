@@ -8,8 +8,9 @@ Validation is the held-out 20 % of the finetuning pairs; the best checkpoint is 
 macro-F1 of the two dependency classes; test reports per-class P/R/F1 and the confusion matrix
 on the tool-disjoint test set. ``predict`` scores any pair list (graph construction).
 
-Calibration: after every validation the task fits a temperature on the val logits
-(``nn.calibration``) and picks the graph's edge threshold (best val F1 of directed edges); both are
+Calibration: after every validation the task fits a temperature on the val logits of the sources
+the test set draws on (``nn.calibration``) and picks the graph's edge threshold there (best val F1
+of directed edges); both are
 buffers, so the checkpoint chosen by val carries its own. ``predict`` returns the calibrated
 probabilities; the test report gives the expected calibration error before and after, with the
 reliability bins. ``DiscriminatorTask`` is the cross-encoder; ``discriminator_schema`` reads
@@ -150,10 +151,10 @@ class DiscriminatorTask(Task):
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
         logits = self(batch["inputs"]).float()
         self.val_confusion.update(logits.argmax(1), batch["labels"])
-        self._val_logits.append((logits.detach().cpu(), batch["labels"].cpu()))
+        self._val_logits.append((logits.detach().cpu(), batch["labels"].cpu(), batch["index"].cpu()))
 
     def on_validation_epoch_start(self) -> None:
-        self._val_logits: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self._val_logits: list[tuple[torch.Tensor, ...]] = []
 
     def test_step(self, batch: dict[str, Any], batch_idx: int) -> None:
         logits = self(batch["inputs"]).float()
@@ -166,34 +167,47 @@ class DiscriminatorTask(Task):
         self._test_predictions: list[tuple[int, int]] = []
         self._test_logits: list[tuple[torch.Tensor, torch.Tensor]] = []
 
-    def _gathered(self, parts: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
-        """(logits [N, 3], labels [N]) of this epoch from every rank."""
+    def _gathered(self, parts: list[tuple[torch.Tensor, ...]]) -> tuple[torch.Tensor, ...]:
+        """(logits [N, 3], labels [N], ...) of this epoch from every rank."""
         if self.trainer is not None and self.trainer.world_size > 1:
             everyone: list[Any] = [None] * self.trainer.world_size
             torch.distributed.all_gather_object(everyone, parts)
             parts = [p for part in everyone for p in part]
         if not parts:
-            return torch.zeros(0, len(LABELS)), torch.zeros(0, dtype=torch.long)
-        return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+            return torch.zeros(0, len(LABELS)), torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long)
+        return tuple(torch.cat([p[k] for p in parts]) for k in range(len(parts[0])))
+
+    def calibration_pairs(self, index: torch.Tensor) -> torch.Tensor:
+        """Which val pairs (by position) fit the temperature and the edge threshold: those of the
+        sources the test set draws on. A source kept out of test (UltraTool's call orders, not always
+        dependencies) is rightly uncertain, and would teach the calibration to doubt the others."""
+        dm = getattr(self.trainer, "datamodule", None) if self.trainer is not None else None
+        tdi = getattr(dm, "tdi", None)
+        if tdi is None or not tdi.pairs.get("test"):
+            return torch.ones(len(index), dtype=torch.bool)
+        tested = {p.source for p in tdi.pairs["test"]}
+        keep = torch.tensor([tdi.pairs["val"][i].source in tested for i in index.tolist()], dtype=torch.bool)
+        return keep if keep.any() else torch.ones(len(index), dtype=torch.bool)
 
     def on_validation_epoch_end(self) -> None:
         report = classification_report(self.val_confusion.compute())
-        logits, labels = self._gathered(self._val_logits)
-        t = fit_temperature(logits, labels)  # the same on every rank: all hold all logits
+        logits, labels, index = self._gathered(self._val_logits)
+        keep = self.calibration_pairs(index)
+        t = fit_temperature(logits[keep], labels[keep])  # the same on every rank: all hold all logits
         probs = (logits / t).softmax(-1)
-        threshold, edge_f1 = edge_threshold(probs, labels)
+        threshold, edge_f1 = edge_threshold(probs[keep], labels[keep])
         self.temperature.fill_(t)
         self.edge_threshold.fill_(threshold)
         nll = float(F.cross_entropy(logits, labels)) if len(labels) else 0.0
         self.log_dict({f"val/{k}": v for k, v in report.items()} | {
             "val/nll": nll, "val/temperature": t, "val/edge_threshold": threshold, "val/edge_f1": edge_f1,
-            "val/ece": reliability(probs, labels)["ece"] if len(labels) else 0.0})
+            "val/ece": reliability(probs[keep], labels[keep])["ece"] if int(keep.sum()) else 0.0})
         self.val_confusion.reset()
 
     def on_test_epoch_end(self) -> None:
         confusion = self.test_confusion.compute()
         report = classification_report(confusion)
-        logits, labels = self._gathered(self._test_logits)
+        logits, labels = self._gathered(self._test_logits)[:2]
         before, after = reliability(logits.softmax(-1), labels), reliability((logits / self.temperature).softmax(-1), labels)
         calibration = {"temperature": float(self.temperature), "ece_before": before["ece"], "ece_after": after["ece"],
                        "edge_threshold": float(self.edge_threshold), "reliability_before": before["bins"],

@@ -23,8 +23,7 @@ from toolgraph.errors import ConfigError
 from toolgraph.nn.encoder import TextEncoder, backbone_artifacts, load_or_restore
 from toolgraph.nn.pair_features import SchemaPairHead, build_views, feature_matrix, pair_vectors
 from toolgraph.registry import TASKS
-from toolgraph.retrieval.cache import EmbeddingCache
-from toolgraph.retrieval.encode import encode_texts
+from toolgraph.retrieval.dense import DenseConfig, DenseRetriever
 from toolgraph.tasks.discriminator import DiscriminatorConfig, DiscriminatorTask, load_tdi
 
 
@@ -72,21 +71,14 @@ class SchemaDiscriminatorTask(DiscriminatorTask):
 
     # ---- features -------------------------------------------------------------------------------
     def embed(self, texts: list[str]) -> torch.Tensor:
-        """Frozen-encoder vectors [n, H] through the on-disk cache."""
+        """Frozen-encoder vectors [n, H] through the dense retriever's embedding cache (the same
+        cache, keys and batching as every other frozen-encoder embedding)."""
         m = self.model_cfg
-        cache = EmbeddingCache(m.cache_dir, self.encoder.fingerprint())
-        found, missing = cache.get(texts, m.embed_max_length)
-        out = torch.empty(len(texts), self.encoder.dim)
-        for i, v in found.items():
-            out[i] = v
-        if missing:
-            todo = [texts[i] for i in missing]
-            vecs = encode_texts(self.encoder, self.tokenizer, todo, self.cfg.data.eval_batch_size,
-                                m.embed_max_length, self.device, progress="embedding tool fields")
-            out[missing] = vecs
-            cache.put(todo, vecs, m.embed_max_length)
-            cache.flush()
-        return out
+        dense = DenseRetriever(DenseConfig(model=m.encoder, max_length=m.embed_max_length, cache_dir=m.cache_dir,
+                                           batch_size=self.cfg.data.eval_batch_size,
+                                           device="cuda" if self.device.type == "cuda" else "cpu"),
+                               self.encoder, self.tokenizer)
+        return dense.embed(texts, "embedding tool fields")
 
     def inputs_of(self, views: dict[str, Any], pairs: list[tuple[str, str]]) -> dict[str, torch.Tensor]:
         inputs = {"features": feature_matrix(views, pairs)}

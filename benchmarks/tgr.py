@@ -278,6 +278,19 @@ def sweep(args: argparse.Namespace) -> None:
     upsert(NAME, rows)
 
 
+def data_options(pairs: list[str]) -> dict:
+    """``["val_from=test", "val_fraction=0.3"]`` -> ``{"val_from": "test", "val_fraction": 0.3}``."""
+    import yaml
+
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"--data-option {pair!r}: expected KEY=VALUE")
+        out[key] = yaml.safe_load(value)
+    return out
+
+
 def tune(args: argparse.Namespace) -> None:
     """TGR settings chosen on the val split (best Pass@5, then R@5), then the chosen one and its base
     encoder on test: graph (gold, or a `toolgraph graph build` folder at several thresholds),
@@ -293,7 +306,8 @@ def tune(args: argparse.Namespace) -> None:
     from toolgraph.retrieval.tgr import TGRConfig, TGRRetriever
 
     base_cfg = load_config(EvaluateConfig, [f"configs/eval/tgr_{args.dataset}.yaml"], [])
-    ds = load_dataset(args.dataset, **(base_cfg.data.options or {}))
+    options = {**(base_cfg.data.options or {}), **data_options(args.data_option)}
+    ds = load_dataset(args.dataset, **options)
     backbone, tokenizer = load_backbone(resolve_model(args.encoder))
     encoder = TextEncoder(backbone)
     eval_cfg = base_cfg.eval
@@ -304,7 +318,9 @@ def tune(args: argparse.Namespace) -> None:
              else DenseRetriever(DenseConfig(**common), encoder, tokenizer))
         return evaluate(r, ds, split, eval_cfg).metrics
 
-    graphs = [("gold", None)] + [(str(g), t) for g in args.graph for t in args.thresholds]
+    graphs = ([] if args.no_gold else [("gold", None)]) + [(str(g), t) for g in args.graph for t in args.thresholds]
+    if not graphs:
+        raise SystemExit("tune: --no-gold needs at least one --graph")
     grid = []
     for (graph, thr), direction, alpha, boost in itertools.product(
             graphs, ("to_prerequisite",), (0.0, 0.25, 0.5, 1.0), (0.0, 0.3, 0.6)):
@@ -331,7 +347,8 @@ def tune(args: argparse.Namespace) -> None:
                      "metrics": {k: round(v, 4) for k, v in m.items() if k in RETRIEVAL_METRICS},
                      "retriever": settings, "val": {"pass@5": round(best[0], 4), "recall@5": round(best[1], 4),
                                                     "base_pass@5": round(base_val["pass@5"], 4)},
-                     "grid_size": len(grid), "machine": machine(), "command": args.command})
+                     "grid_size": len(grid), "data_options": options, "val_queries": len(ds.split("val")),
+                     "machine": machine(), "command": args.command})
         print("test", method, settings, {k: round(m[k], 4) for k in ("pass@5", "recall@5")}, flush=True)
     upsert(NAME, rows)
     render(page=args.page)
@@ -444,6 +461,9 @@ def main() -> None:
     t.add_argument("--label", default="zero-shot", help="setting label of the base row")
     t.add_argument("--graph", type=Path, nargs="*", default=[], help="`toolgraph graph build` folders (TGR-d)")
     t.add_argument("--thresholds", type=float, nargs="+", default=[0.5, 0.9])
+    t.add_argument("--no-gold", action="store_true", help="discriminator graphs only (TGR-d), not the annotated one")
+    t.add_argument("--data-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="a dataset option over the eval config's (YAML value), e.g. val_from=test")
     t.add_argument("--command", required=True)
     sub.add_parser("render")
     for sp in sub.choices.values():

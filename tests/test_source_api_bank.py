@@ -70,6 +70,11 @@ def test_api_bank_real_options(data_root):
     assert lv1.skipped["level-2 test dialogue left out by option levels"] == 49
     assert lv1.skipped["level-3 test dialogue left out by option levels"] == 50
     assert len(load_api_bank(data_root, dependency_splits=["train"]).dependencies) == 60
+    from_test = load_api_bank(data_root, val_from="test", val_fraction=0.3, dependency_splits=["train"])
+    counts = from_test.stats()["queries"]
+    assert (counts["train"], counts["val"], counts["test"]) == (324, 93, 218)  # lv3 all train; 311 test -> 93 + 218
+    assert sum("GetUserToken" in q.tools for q in from_test.split("val")) > 20  # what the lv3 val never has
+    assert len(from_test.dependencies) == 62  # the 32 former val dialogues are train now: 2 more chains
     cat = load_api_bank(data_root, csv_category=True).tool_by_id()
     assert cat["Transfer"].category == "财务管理" and cat["GetUserToken"].category == "账户管理"
 

@@ -1,7 +1,10 @@
 from collections import Counter
 
+import pytest
+
 from toolgraph.data.schema import Query, Tool, ToolDataset
 from toolgraph.data.splits import carve_val, inductive, inject_noise, seeded_assign, transductive
+from toolgraph.errors import DataError
 
 
 def _dataset(n_tools=20, n_train=200, n_test=50):
@@ -27,6 +30,18 @@ def test_carve_val_moves_only_train():
     c = Counter(q.split for q in qs)
     assert c == {"train": 180, "val": 20, "test": 50}
     assert [q.id for q in qs if q.split == "test"] == [q.id for q in ds.split("test")]
+
+
+def test_carve_val_from_test_keeps_train_and_disjoint_ids():
+    ds = _dataset()
+    qs = carve_val(ds.queries, 0.3, seed=0, source="test")
+    c = Counter(q.split for q in qs)
+    assert c == {"train": 200, "val": 15, "test": 35}
+    val, test = {q.id for q in qs if q.split == "val"}, {q.id for q in qs if q.split == "test"}
+    assert val | test == {q.id for q in ds.split("test")} and not val & test
+    assert carve_val(ds.queries, 0.3, seed=0, source="test") == qs  # seeded
+    with pytest.raises(DataError, match="'dev'"):
+        carve_val(ds.queries, 0.3, seed=0, source="dev")
 
 
 def test_transductive_drops_queries_with_unseen_tools_and_counts_them():

@@ -35,14 +35,17 @@ def seeded_assign(ids: list[str], fractions: dict[str, float], seed: int) -> dic
     return out
 
 
-def carve_val(queries: list[Query], fraction: float, seed: int) -> list[Query]:
-    """Move a seeded ``fraction`` of the train queries to val. Other splits are untouched."""
+def carve_val(queries: list[Query], fraction: float, seed: int, source: str = "train") -> list[Query]:
+    """Move a seeded ``fraction`` of the ``source`` split's queries (``train``, or ``test`` for a
+    benchmark whose training data is unlike its test) to val. Other splits are untouched."""
     if not 0 <= fraction < 1:
         raise DataError(f"val fraction must be in [0, 1), got {fraction}")
-    train_ids = [q.id for q in queries if q.split == "train"]
-    if fraction == 0 or not train_ids:
+    if source not in ("train", "test"):
+        raise DataError(f"val is carved from 'train' or 'test', got {source!r}")
+    ids = [q.id for q in queries if q.split == source]
+    if fraction == 0 or not ids:
         return list(queries)
-    part = seeded_assign(train_ids, {"val": fraction, "train": 1 - fraction}, seed)
+    part = seeded_assign(ids, {"val": fraction, source: 1 - fraction}, seed)
     return [replace(q, split=part[q.id]) if q.id in part else q for q in queries]
 
 

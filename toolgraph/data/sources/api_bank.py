@@ -127,11 +127,15 @@ def _edges(dialogues: list[Dialogue], cat: Catalog) -> dict[tuple[str, str], lis
 
 @DATASETS.register("api-bank")
 def load_api_bank(root: Path, levels: Sequence[int] = (1, 2, 3), val_fraction: float = 0.1, seed: int = 0,
-                  dependency_splits: Sequence[str] | None = None, csv_category: bool = False) -> ToolDataset:
+                  dependency_splits: Sequence[str] | None = None, csv_category: bool = False,
+                  val_from: str = "train") -> ToolDataset:
     """API-Bank (EMNLP'23): lv3 train dialogues, test levels 1-3; token/data dependencies.
 
     ``levels``: test levels to load (the catalog always holds every spec). ``dependency_splits``:
     splits whose dialogues may evidence an edge (default all; test chains are test labels).
+    ``val_from``: ``train`` carves val from the lv3 training dialogues; ``test`` carves it from the test
+    levels instead (the rest stays test), for tuning what only the test levels exercise: no lv3
+    dialogue calls GetUserToken, while a third of the test dialogues do.
     ``csv_category``: set ``category`` to all_apis.csv's Chinese scenario (应用场景); off by default
     because only the 101 runnable APIs have one (no lv3 training API does), which would make test-side
     tool documents look different from training-side ones."""
@@ -146,7 +150,7 @@ def load_api_bank(root: Path, levels: Sequence[int] = (1, 2, 3), val_fraction: f
     skipped: Counter = Counter()
     cat, dialogues, scenario = _read(paths, chosen, skipped)
     queries, kept = _queries(dialogues, cat, skipped)
-    queries = carve_val(queries, val_fraction, seed)
+    queries = carve_val(queries, val_fraction, seed, source=val_from)
 
     edges = _edges([replace(kept[q.id], split=q.split) for q in queries if q.split in dep_splits], cat)
     deps = [Dependency(b, a, "token" if "token" in ps else "data") for (b, a), ps in edges.items()]
@@ -154,6 +158,7 @@ def load_api_bank(root: Path, levels: Sequence[int] = (1, 2, 3), val_fraction: f
                   parameters=s.get("input_parameters"), returns=s.get("output_parameters"))
              for n, s in cat.specs.items()]
     notes = {"files": [str(p) for p in paths.values()], "levels": chosen, "val_fraction": val_fraction,
+             "val_from": val_from,
              "seed": seed, "dependency_splits": sorted(dep_splits), "csv_category": csv_category,
              "excluded_tools": [META_TOOL], "spec_occurrences": cat.occurrences,
              "spec_origin": dict(Counter(cat.origin.values())),

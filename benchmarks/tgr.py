@@ -152,7 +152,7 @@ def candidates(args: argparse.Namespace) -> None:
     import toolgraph  # noqa: F401
     from toolgraph.data import load_dataset
     from toolgraph.data.schema import natural_key
-    from toolgraph.depgraph import GraphConfig, candidate_pairs, gold_coverage, propose_links
+    from toolgraph.depgraph import GraphConfig, candidate_pairs, gold_coverage, io_candidates, propose_links
     from toolgraph.retrieval.dense import DenseConfig, DenseRetriever
 
     ds = load_dataset(args.dataset)
@@ -169,10 +169,14 @@ def candidates(args: argparse.Namespace) -> None:
     dense = DenseRetriever(DenseConfig(tool_text=args.tool_text, progress=False))
     dense.index(tools)
     for m in args.ms:
-        for kind in (["links"] if args.links else []) + ["embedding"]:
+        for kind in (["links"] if args.links else []) + ["embedding", "io"]:
             cfg = GraphConfig(top_m=m if kind == "embedding" else 0, same_category=False, same_agent=False)
-            cand = candidate_pairs(tools, dense.tool_vectors if kind == "embedding" else None, cfg,
-                                   [p[:m] for p in proposed] if kind == "links" else None)
+            extra = None  # embedding: the nearest tools by document vector
+            if kind == "links":
+                extra = [p[:m] for p in proposed]
+            elif kind == "io":
+                extra = io_candidates(tools, dense.embed, m, style=args.tool_text)
+            cand = candidate_pairs(tools, dense.tool_vectors if kind == "embedding" else None, cfg, extra)
             metrics = {"pairs": len(cand), "fraction_of_n_squared": round(len(cand) / (n * n), 5),
                        "gold_pairs_in_candidates": round(gold_coverage(ds, ids, cand), 4)}
             if kind == "links":

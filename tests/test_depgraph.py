@@ -148,3 +148,48 @@ def test_schema_blocking_is_the_same_in_every_process():
     runs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                            env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout for seed in range(8)}
     assert len(runs) == 1, runs
+
+
+def _bag_of_words(texts):
+    """A deterministic stand-in encoder: one dimension per word (crc32 bucket), L2-normalised."""
+    import re
+    import zlib
+
+    out = torch.zeros(len(texts), 512)
+    for i, t in enumerate(texts):
+        for w in re.findall(r"[a-z]+", t.lower()):
+            out[i, zlib.crc32(w.encode()) % 512] += 1.0
+    return torch.nn.functional.normalize(out + 1e-6, dim=-1)
+
+
+def test_io_candidates_pair_outputs_with_the_inputs_they_feed():
+    from toolgraph.depgraph import io_candidates, io_texts
+
+    login = Tool("login", "GetUserToken", "sign in", parameters={"username": {"description": "the user"}},
+                 returns={"token": {"description": "session token"}})
+    pay = Tool("pay", "Transfer", "send money", parameters={"token": {"description": "session token"},
+                                                            "amount": {"description": "how much"}})
+    weather = Tool("weather", "GetWeather", "forecast", parameters={"city": {"description": "a place"}},
+                   returns={"forecast": {"description": "rain or sun"}})
+    assert io_texts(login) == ("inputs: username: the user", "get user token. outputs: token: session token")
+    assert io_texts(pay)[1] == "transfer. outputs: "
+    tools = [login, pay, weather]
+    cands = io_candidates(tools, _bag_of_words, m=1, doc_weight=0.0)
+    assert cands[1][0] == 0  # Transfer's best producer: the tool that outputs a session token
+    assert cands[0][1] == 1  # ... and GetUserToken's best consumer is Transfer
+    assert all(i not in js for i, js in enumerate(cands)) and all(len(js) == 2 for js in cands)
+    assert io_candidates(tools, _bag_of_words, m=0) == [[], [], []]
+    assert io_candidates(tools[:1], _bag_of_words, m=3) == [[]]
+
+
+@pytest.mark.parametrize("schema, fields", [
+    ({"type": "object", "properties": {"a": {"description": "the A"}, "b": {}}}, [("a", "the A"), ("b", "")]),
+    ({"required": [{"name": "x", "description": "X"}], "optional": [{"name": "y"}]}, [("x", "X"), ("y", "")]),
+    ({"token": {"type": "str", "description": "tok"}}, [("token", "tok")]),
+    ([{"name": "q", "description": "query"}, {"no": "name"}], [("q", "query")]),
+    (None, []), ("not a schema", []),
+])
+def test_param_fields_reads_every_schema_shape(schema, fields):
+    from toolgraph.data.schema import param_fields, param_names
+
+    assert param_fields(schema) == fields and [n for n, _ in fields] == param_names(schema)

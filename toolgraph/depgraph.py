@@ -1,7 +1,9 @@
 """Dependency-graph construction with the discriminator, below O(N^2).
 
 TGR scores every ordered tool pair (N^2 discriminator calls), which kept it to small catalogs.
-Here only candidate pairs are scored: each tool's ``top_m`` nearest tools by embedding, plus pairs
+Here only candidate pairs are scored: each tool's ``top_m`` nearest tools by embedding, its
+``schema_m`` best field-word matches, its ``io_m`` best producers and consumers by embedded inputs
+vs outputs, a link retriever's proposals, pairs used together in training requests, plus pairs
 sharing an owner agent or a category (groups up to ``max_group``). Each unordered pair is read
 once: the 3-way output gives both directions. Scoring runs through Lightning ``predict``, so
 ``devices``/``strategy`` spread it over many GPUs (outputs are gathered across ranks).
@@ -35,6 +37,8 @@ class GraphConfig:
     links: str | None = None  # a trained link retriever (configs/dependency_links.yaml run or its retriever/)
     links_m: int = 20  # ... proposing each tool's top-M prerequisites
     schema_m: int = 0  # each tool's top-M prerequisites and dependents by field words (schema blocking)
+    io_m: int = 0  # each tool's top-M producers and consumers by embedded inputs vs outputs (io_candidates)
+    io_doc_weight: float = 1.0  # ... the tool documents' weight next to the field texts
     max_df: int = 200  # ... a field word in more tools than this is too common to block on
     usage_splits: list[str] = field(default_factory=list)  # also pairs used in one request of these splits
     top_m: int = 0  # nearest tools per tool by plain embedding similarity
@@ -123,6 +127,45 @@ def schema_candidates(tools: list[Tool], m: int, max_df: int = 200) -> list[list
     return [best(feeds[i]) + best(fed[i]) for i in range(n)]
 
 
+def io_texts(tool: Tool) -> tuple[str, str]:
+    """What a tool takes and what it gives, as text to embed: ``inputs: name: description; ...`` and
+    ``<name as words>. outputs: name: description; ...`` (a tool without a return schema is still
+    named for what it makes)."""
+    from toolgraph.data.schema import param_fields
+    from toolgraph.nn.pair_features import words
+
+    def fields(schema) -> str:
+        return "; ".join(f"{words(n)}: {d}".rstrip(": ") for n, d in param_fields(schema))
+
+    return f"inputs: {fields(tool.parameters)}", f"{words(tool.name)}. outputs: {fields(tool.returns)}"
+
+
+def io_candidates(tools: list[Tool], embed, m: int, doc_weight: float = 1.0, style: str = "default",
+                  block: int = 1024) -> list[list[int]]:
+    """Embedding blocking: for each tool, the ``m`` tools whose outputs best match its inputs and the
+    ``m`` whose inputs its outputs best match. A consumer vector (inputs + ``doc_weight`` × document)
+    against a producer vector (outputs + ``doc_weight`` × document) sums four cosines: inputs vs
+    outputs, inputs vs the producer's document, the consumer's document vs outputs, document vs
+    document. ``embed``: texts -> [n, H] L2-normalised (cached). One maximum inner product search per
+    side; exact here, by blocks of ``block`` rows (an ANN index takes its place for large catalogs)."""
+    if m <= 0 or len(tools) < 2:
+        return [[] for _ in tools]
+    texts = [io_texts(t) for t in tools]
+    docs = embed([t.document(style) for t in tools])
+    takes = torch.nn.functional.normalize(embed([i for i, _ in texts]) + doc_weight * docs, dim=-1)
+    gives = torch.nn.functional.normalize(embed([o for _, o in texts]) + doc_weight * docs, dim=-1)
+    n, m = len(tools), min(m, len(tools) - 1)
+    out: list[list[int]] = [[] for _ in tools]
+    for q, k in ((takes, gives), (gives, takes)):  # producers of each tool, then its consumers
+        for lo in range(0, n, block):
+            sims = q[lo:lo + block] @ k.T  # [b, N]
+            rows = torch.arange(lo, min(lo + block, n))
+            sims[rows - lo, rows] = float("-inf")
+            for i, js in zip(rows.tolist(), sims.topk(m, dim=1).indices.tolist(), strict=True):
+                out[i] += js
+    return out
+
+
 def usage_candidates(ds: ToolDataset, ids: list[str], splits: list[str], max_tools: int = 20) -> list[list[int]]:
     """Tools used together in one request of ``splits`` (the catalog's usage log; training splits
     only, so evaluation requests never propose their own pairs). Requests with more than
@@ -180,6 +223,10 @@ def build_graph(ds: ToolDataset, task, cfg: GraphConfig) -> tuple[list[dict[str,
     proposed = propose_links(tools, documents, cfg) if cfg.links else [[] for _ in tools]
     if cfg.schema_m > 0:
         proposed = [p + q for p, q in zip(proposed, schema_candidates(tools, cfg.schema_m, cfg.max_df), strict=True)]
+    if cfg.io_m > 0:
+        dense = DenseRetriever(DenseConfig(model=cfg.encoder, tool_text=style))
+        io = io_candidates(tools, dense.embed, cfg.io_m, cfg.io_doc_weight, style)
+        proposed = [p + q for p, q in zip(proposed, io, strict=True)]
     if cfg.usage_splits:
         proposed = [p + q for p, q in zip(proposed, usage_candidates(ds, ids, cfg.usage_splits), strict=True)]
     cand = candidate_pairs(tools, vectors, cfg, proposed)

@@ -223,3 +223,19 @@ def param_names(parameters: Any) -> list[str]:
     if isinstance(parameters, list):
         return [p["name"] for p in parameters if isinstance(p, dict) and "name" in p]
     return []
+
+
+def param_fields(parameters: Any) -> list[tuple[str, str]]:
+    """(name, description) of each field, in ``param_names`` order; ``""`` where none is given."""
+    found: dict[str, str] = {}
+    if isinstance(parameters, dict):
+        props = parameters.get("properties") if isinstance(parameters.get("properties"), dict) else parameters
+        found = {k: v.get("description", "") for k, v in props.items() if isinstance(v, dict)}
+        for key in ("required", "optional"):
+            listed = parameters.get(key)
+            for p in listed if isinstance(listed, list) else []:
+                if isinstance(p, dict) and "name" in p:
+                    found[p["name"]] = p.get("description", "")
+    elif isinstance(parameters, list):
+        found = {p["name"]: p.get("description", "") for p in parameters if isinstance(p, dict) and "name" in p}
+    return [(n, str(found.get(n) or "")) for n in param_names(parameters)]

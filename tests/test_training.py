@@ -219,6 +219,8 @@ def test_export_with_a_graph_writes_a_tgr_folder_that_loads_for_serving(trained,
     assert main(["export", "--checkpoint", summary["best_checkpoint"], "--out", str(tmp_path / "x"),
                  "--graph", str(graph)]) != 0
     assert "none of its 1 edges joins two tools" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()  # a failed --graph leaves no plain retriever behind
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".x.plain-")]
     graph.write_text(json.dumps({"source": "0", "target": "1", "prob": 0.9}) + "\n")
     folder = tmp_path / "served"
     assert main(["export", "--checkpoint", summary["best_checkpoint"], "--out", str(folder), "--graph", str(graph),

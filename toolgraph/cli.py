@@ -278,13 +278,20 @@ def cmd_export(args: argparse.Namespace) -> int:
     # a new or empty folder, or an earlier export (replaced whole, atomically); anything else is refused
     check_output_folder(args.out, "--out", ("retriever.json", "manifest.json"))
     task = _loading(args.checkpoint, load_task)
-    retriever = task.export_retriever(args.out)
     if args.graph:  # the same encoder and tools, smoothed over a dependency graph: what `serve` then loads
+        import tempfile
+
         from toolgraph.retrieval.loading import load
         from toolgraph.retrieval.tgr import with_graph
 
-        retriever = with_graph(load(args.out), args.graph, **_options(args.graph_option))
-        retriever.save(args.out)
+        out = Path(args.out).resolve()
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.plain-") as plain:
+            task.export_retriever(plain)  # a bad graph fails here, before --out is touched
+            retriever = with_graph(load(plain), args.graph, **_options(args.graph_option))
+            retriever.save(args.out)
+    else:
+        retriever = task.export_retriever(args.out)
     write_cards(args.out, {"config": task.hparams["config"]}, name=Path(args.out).resolve().name)  # no test metrics
     print(f"wrote {args.out}: {retriever.name} retriever over {len(retriever.tools)} tools")
     return 0

@@ -282,19 +282,6 @@ def sweep(args: argparse.Namespace) -> None:
     upsert(NAME, rows)
 
 
-def data_options(pairs: list[str]) -> dict:
-    """``["val_from=test", "val_fraction=0.3"]`` -> ``{"val_from": "test", "val_fraction": 0.3}``."""
-    import yaml
-
-    out = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise SystemExit(f"--data-option {pair!r}: expected KEY=VALUE")
-        out[key] = yaml.safe_load(value)
-    return out
-
-
 def tune(args: argparse.Namespace) -> None:
     """TGR settings chosen on the val split (best Pass@5, then R@5), then the chosen one and its base
     encoder on test: graph (gold, or a `toolgraph graph build` folder at several thresholds),
@@ -302,7 +289,7 @@ def tune(args: argparse.Namespace) -> None:
     import itertools
 
     import toolgraph  # noqa: F401
-    from toolgraph.config import EvaluateConfig, load_config
+    from toolgraph.config import EvaluateConfig, load_config, parse_options
     from toolgraph.data import load_dataset
     from toolgraph.evaluation import evaluate
     from toolgraph.nn.encoder import TextEncoder, load_backbone, resolve_model
@@ -310,7 +297,7 @@ def tune(args: argparse.Namespace) -> None:
     from toolgraph.retrieval.tgr import TGRConfig, TGRRetriever
 
     base_cfg = load_config(EvaluateConfig, [f"configs/eval/tgr_{args.dataset}.yaml"], [])
-    options = {**(base_cfg.data.options or {}), **data_options(args.data_option)}
+    options = {**(base_cfg.data.options or {}), **parse_options(args.data_option, "--data-option")}
     ds = load_dataset(args.dataset, **options)
     backbone, tokenizer = load_backbone(resolve_model(args.encoder))
     encoder = TextEncoder(backbone)

@@ -256,3 +256,14 @@ def test_defaults_list_merges_presets_first_relative_to_the_file(tmp_path):
     (tmp_path / "missing.yaml").write_text("defaults: [nowhere.yaml]\n")
     with pytest.raises(ConfigError, match="nowhere.yaml: config file not found"):
         load_config(EvaluateConfig, [tmp_path / "missing.yaml"])
+
+
+def test_parse_options_reads_yaml_values_and_names_a_bad_item():
+    from toolgraph.config import parse_options
+
+    assert parse_options(["levels=[1, 2]", "val_from=test", "val_fraction=0.3", "x="]) == {
+        "levels": [1, 2], "val_from": "test", "val_fraction": 0.3, "x": None}
+    with pytest.raises(ConfigError, match=r"--data-option 'val_from' is not of the form key=value"):
+        parse_options(["val_from"], "--data-option")
+    with pytest.raises(ConfigError, match="'=test'"):
+        parse_options(["=test"])

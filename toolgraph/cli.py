@@ -23,13 +23,9 @@ def _offline_defaults() -> None:
 
 
 def _options(items: Sequence[str]) -> dict:
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ToolgraphError(f"adapter option {item!r} is not of the form key=value")
-        out[key] = yaml.safe_load(value)
-    return out
+    from toolgraph.config import parse_options
+
+    return parse_options(items, "adapter option")
 
 
 def cmd_data(args: argparse.Namespace) -> int:

@@ -381,6 +381,18 @@ POLYMORPHIC: dict[str, tuple[str, Callable[[str], Any]]] = {
 OPEN_SECTIONS = ("data.options",)
 
 
+def parse_options(items: Sequence[str], what: str = "option") -> dict[str, Any]:
+    """``["levels=[1]", "val_from=test"]`` -> ``{"levels": [1], "val_from": "test"}``: free-form
+    ``key=value`` options (a dataset's, a graph's), each value read as YAML."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"{what} {item!r} is not of the form key=value")
+        out[key] = yaml.safe_load(value)
+    return out
+
+
 def parse_overrides(args: Sequence[str]) -> list[str]:
     """Turn ``--a.b=1`` / ``a.b=1`` into OmegaConf dotlist entries; anything else is an error."""
     out = []

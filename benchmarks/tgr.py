@@ -309,17 +309,20 @@ def tune(args: argparse.Namespace) -> None:
              else DenseRetriever(DenseConfig(**common), encoder, tokenizer))
         return evaluate(r, ds, split, eval_cfg).metrics
 
-    graphs = ([] if args.no_gold else [("gold", None)]) + [(str(g), t) for g in args.graph for t in args.thresholds]
+    graphs = ([] if args.no_gold else [("gold", None, None)]) + [
+        (str(g), t, k) for g in args.graph for t in args.thresholds for k in args.max_prerequisites]
     if not graphs:
         raise SystemExit("tune: --no-gold needs at least one --graph")
     grid = []
-    for (graph, thr), direction, alpha, boost in itertools.product(
+    for (graph, thr, k), direction, alpha, boost in itertools.product(
             graphs, ("to_prerequisite",), (0.0, 0.25, 0.5, 1.0), (0.0, 0.3, 0.6)):
         if alpha == 0 and boost == 0:
             continue  # the base encoder itself
         settings = {"graph": graph, "direction": direction, "alpha": alpha, "layers": 1, "boost": boost}
         if thr is not None:
             settings["threshold"] = thr
+        if k is not None:
+            settings["max_prerequisites"] = k
         m = run("val", **settings)
         grid.append((m["pass@5"], m["recall@5"], m["ndcg@5"], settings))
         print("val", settings, {k: round(m[k], 4) for k in ("pass@5", "recall@5")}, flush=True)
@@ -452,6 +455,8 @@ def main() -> None:
     t.add_argument("--label", default="zero-shot", help="setting label of the base row")
     t.add_argument("--graph", type=Path, nargs="*", default=[], help="`toolgraph graph build` folders (TGR-d)")
     t.add_argument("--thresholds", type=float, nargs="+", default=[0.5, 0.9])
+    t.add_argument("--max-prerequisites", type=lambda v: None if v == "all" else int(v), nargs="+",
+                   default=[None], help="discriminator graphs: each tool's k most probable prerequisites ('all': no cap)")
     t.add_argument("--no-gold", action="store_true", help="discriminator graphs only (TGR-d), not the annotated one")
     t.add_argument("--data-option", action="append", default=[], metavar="KEY=VALUE",
                    help="a dataset option over the eval config's (YAML value), e.g. val_from=test")

@@ -282,6 +282,15 @@ def sweep(args: argparse.Namespace) -> None:
     upsert(NAME, rows)
 
 
+def prerequisite_cap(value: str) -> int | None:
+    """``--max-prerequisites`` item: ``all`` (no cap) or a positive integer."""
+    if value == "all":
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"expected 'all' or a positive integer, got {value!r}")
+    return int(value)
+
+
 def tune(args: argparse.Namespace) -> None:
     """TGR settings chosen on the val split (best Pass@5, then R@5), then the chosen one and its base
     encoder on test: graph (gold, or a `toolgraph graph build` folder at several thresholds),
@@ -455,7 +464,7 @@ def main() -> None:
     t.add_argument("--label", default="zero-shot", help="setting label of the base row")
     t.add_argument("--graph", type=Path, nargs="*", default=[], help="`toolgraph graph build` folders (TGR-d)")
     t.add_argument("--thresholds", type=float, nargs="+", default=[0.5, 0.9])
-    t.add_argument("--max-prerequisites", type=lambda v: None if v == "all" else int(v), nargs="+",
+    t.add_argument("--max-prerequisites", type=prerequisite_cap, nargs="+",
                    default=[None], help="discriminator graphs: each tool's k most probable prerequisites ('all': no cap)")
     t.add_argument("--no-gold", action="store_true", help="discriminator graphs only (TGR-d), not the annotated one")
     t.add_argument("--data-option", action="append", default=[], metavar="KEY=VALUE",

@@ -217,6 +217,8 @@ def test_api_bank_bad_option(tmp_path):
     _write(tmp_path)
     with pytest.raises(ConfigError, match="levels"):
         load_api_bank(tmp_path, levels=[4])
+    with pytest.raises(ConfigError, match=r"api-bank: option val_from='dev'; expected 'train' or 'test'"):
+        load_api_bank(tmp_path, val_from="dev")
 
 
 def test_api_bank_text_parsers():

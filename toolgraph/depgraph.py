@@ -216,15 +216,14 @@ def build_graph(ds: ToolDataset, task, cfg: GraphConfig) -> tuple[list[dict[str,
     documents = {t.id: t.document(style) for t in tools}
     t0 = time.perf_counter()
     vectors = None
+    dense = DenseRetriever(DenseConfig(model=cfg.encoder, tool_text=style)) if cfg.top_m > 0 or cfg.io_m > 0 else None
     if cfg.top_m > 0:
-        dense = DenseRetriever(DenseConfig(model=cfg.encoder, tool_text=style))
         dense.index(tools)  # same sort order as ``tools``
         vectors = dense.tool_vectors
     proposed = propose_links(tools, documents, cfg) if cfg.links else [[] for _ in tools]
     if cfg.schema_m > 0:
         proposed = [p + q for p, q in zip(proposed, schema_candidates(tools, cfg.schema_m, cfg.max_df), strict=True)]
-    if cfg.io_m > 0:
-        dense = DenseRetriever(DenseConfig(model=cfg.encoder, tool_text=style))
+    if cfg.io_m > 0:  # the same encoder (and embedding cache) as the nearest-tool candidates
         io = io_candidates(tools, dense.embed, cfg.io_m, cfg.io_doc_weight, style)
         proposed = [p + q for p, q in zip(proposed, io, strict=True)]
     if cfg.usage_splits:

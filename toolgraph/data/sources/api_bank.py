@@ -142,6 +142,8 @@ def load_api_bank(root: Path, levels: Sequence[int] = (1, 2, 3), val_fraction: f
     chosen = sorted(set(levels))
     if not chosen or not set(chosen) <= {1, 2, 3}:
         raise ConfigError(f"api-bank: option levels={list(levels)!r}; expected a non-empty subset of [1, 2, 3]")
+    if val_from not in ("train", "test"):
+        raise ConfigError(f"api-bank: option val_from={val_from!r}; expected 'train' or 'test'")
     dep_splits = check_dependency_splits(dependency_splits, "api-bank")
     folder = root / "api-bank" / "api-bank"
     paths = {1: folder / "test-data" / "level-1-api.json", 2: folder / "test-data" / "level-2-api.json",

@@ -1,6 +1,7 @@
 """Rerankers: the candidate protocol, the ToolRefiner and cross-encoder tasks, pipelines, fusion."""
 
 import random
+import re
 
 import pytest
 import torch
@@ -176,6 +177,45 @@ def test_rrf_fusion_sums_reciprocal_ranks(tiny_dataset_dir, tmp_path):
     assert toolgraph.load(tmp_path / "f").retrieve(q, 5).ids == got.ids
     with pytest.raises(ConfigError, match="at least 2"):
         FusionRetriever(load_config(EvaluateConfig, [{"retriever": {"name": "fusion", "members": ["bm25"]}}]).retriever)
+
+
+def test_score_fusion_sums_normalised_scores(tiny_dataset_dir, tmp_path):
+    ds = read_dataset(tiny_dataset_dir)
+    q = ["weather forecast in paris", "book a flight"]
+    single = build_retriever(load_config(EvaluateConfig, []).retriever)
+    single.index(ds.tools)
+    raw = single.score(q)
+    cfg = load_config(EvaluateConfig, [{"retriever": {"name": "fusion", "members": ["bm25", {"name": "bm25"}],
+                                                      "method": "score", "weights": [1.0, 2.0],
+                                                      "normalize": ["max", "minmax"]}}])
+    fused = build_retriever(cfg.retriever)
+    fused.index(ds.tools)
+    hi, lo = raw.max(1, keepdim=True).values, raw.min(1, keepdim=True).values
+    want = raw / hi + 2.0 * (raw - lo) / (hi - lo)
+    assert torch.allclose(fused.score(q), want, atol=1e-6)
+    got = fused.retrieve(q, 3)
+    assert got.ids == single.retrieve(q, 3).ids and got.scores[:, 0].tolist() == pytest.approx([3.0, 3.0])
+    fused.save(tmp_path / "f")
+    assert toolgraph.load(tmp_path / "f").retrieve(q, 3).ids == got.ids
+
+
+def test_normalise_keeps_constant_rows_finite():
+    from toolgraph.retrieval.pipeline import normalise
+
+    s = torch.tensor([[2.0, 2.0, 2.0], [0.0, 1.0, 4.0], [-1.0, 0.0, 1.0]])
+    assert normalise(s, "minmax").tolist() == [[0.0, 0.0, 0.0], [0.0, 0.25, 1.0], [0.0, 0.5, 1.0]]
+    assert normalise(s, "max")[1].tolist() == [0.0, 0.25, 1.0]
+    assert normalise(torch.zeros(1, 3), "max").tolist() == [[0.0, 0.0, 0.0]]
+    assert torch.equal(normalise(s, "none"), s)
+
+
+def test_fusion_names_a_bad_method_or_normaliser():
+    for bad, match in (({"method": "sum"}, "retriever.method: 'sum'"),
+                       ({"method": "score", "normalize": "zscore"}, "retriever.normalize: 'zscore'"),
+                       ({"method": "score", "normalize": ["max"]}, "one per member: 2")):
+        cfg = load_config(EvaluateConfig, [{"retriever": {"name": "fusion", "members": ["bm25", "bm25"], **bad}}])
+        with pytest.raises(ConfigError, match=re.escape(match)):
+            FusionRetriever(cfg.retriever)
 
 
 def test_refiner_scores_do_not_depend_on_batch_padding(tiny_bert_dir):

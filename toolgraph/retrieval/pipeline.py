@@ -1,4 +1,4 @@
-"""Composed retrievers: a first stage feeding a reranker, and rank fusion (RRF).
+"""Composed retrievers: a first stage feeding a reranker, and fusion (RRF or normalised scores).
 
     retriever:
       name: pipeline
@@ -6,6 +6,12 @@
       reranker: runs/refiner_toollens/retriever   # ... or an inline config: {name: bm25}
       depth: 32                                   # candidates handed to the reranker
       first_stage_weight: 0.0                     # > 0: reranker score + w * first-stage score
+
+    retriever:                                    # hybrid: dense + lexical, scores min-max normalised
+      name: fusion
+      members: [{name: dense}, {name: bm25}]
+      method: score                               # sum_m w_m * normalise(score_m); rrf: sum_m w_m / (k + rank_m)
+      weights: [1.0, 0.3]
 
 A pipeline saves as one folder (``first_stage/``, ``reranker/``) and loads with ``toolgraph.load``.
 """
@@ -159,18 +165,41 @@ class PipelineRetriever(Retriever):
         self._members()
 
 
+FUSION_METHODS = ("rrf", "score")
+NORMALISERS = ("minmax", "max", "none")
+
+
 @dataclass
 class FusionConfig(RetrieverConfig):
     name: str = "fusion"
     members: list[Any] = field(default_factory=list)  # paths or config dicts
     weights: list[float] | None = bounded(None, ge=0)  # one per member (default: equal)
-    rrf_k: int = bounded(60, ge=0)  # reciprocal rank fusion: sum_m w_m / (rrf_k + rank_m)
-    depth: int = bounded(100, ge=1)  # each member's ranking depth
+    method: str = "rrf"  # rrf: sum_m w_m / (rrf_k + rank_m); score: sum_m w_m * normalise(score_m)
+    rrf_k: int = bounded(60, ge=0)
+    depth: int = bounded(100, ge=1)  # rrf: each member's ranking depth
+    # score: each member's scores per query over the catalog, minmax -> [0, 1], max -> divided by the
+    # query's best score (for scores >= 0, e.g. BM25), none -> as they are; one name, or one per member
+    normalize: Any = "minmax"
+
+
+def normalise(scores: torch.Tensor, how: str) -> torch.Tensor:
+    """[Q, N] scores rescaled per query (row): ``minmax`` to [0, 1], ``max`` divided by the row's best
+    score, ``none`` unchanged. A constant row (no evidence) becomes zeros, never NaN."""
+    if how == "none":
+        return scores
+    hi = scores.max(dim=1, keepdim=True).values
+    if how == "max":
+        return torch.where(hi > 0, scores / hi.clamp_min(1e-12), torch.zeros_like(scores))
+    lo = scores.min(dim=1, keepdim=True).values
+    span = hi - lo
+    return torch.where(span > 0, (scores - lo) / span.clamp_min(1e-12), torch.zeros_like(scores))
 
 
 @RETRIEVERS.register("fusion")
 class FusionRetriever(Retriever):
-    """Reciprocal rank fusion of several retrievers' rankings (ties: tool id)."""
+    """Fusion of several retrievers over one catalog: reciprocal rank fusion of their rankings
+    (``method: rrf``), or a weighted sum of their per-query normalised scores (``method: score``, e.g.
+    a dense + BM25 hybrid). Ties: tool id."""
 
     Config = FusionConfig
     name = "fusion"
@@ -185,6 +214,13 @@ class FusionRetriever(Retriever):
             raise ConfigError(f"retriever.members: fusion needs at least 2 retrievers, got {n}")
         if c.weights is not None and len(c.weights) != n:
             raise ConfigError(f"retriever.weights: {len(c.weights)} weights for {n} members")
+        if c.method not in FUSION_METHODS:
+            raise ConfigError(f"retriever.method: {c.method!r} is not one of {', '.join(FUSION_METHODS)}")
+        norms = [c.normalize] * n if isinstance(c.normalize, str) else list(c.normalize)
+        if len(norms) != n or any(x not in NORMALISERS for x in norms):
+            raise ConfigError(f"retriever.normalize: {c.normalize!r} is not one of {', '.join(NORMALISERS)} "
+                              f"(one name, or one per member: {n})")
+        self._norms = norms
 
     def _members(self) -> list[Retriever]:
         if self.members is None:
@@ -205,6 +241,14 @@ class FusionRetriever(Retriever):
         weights = self.config.weights or [1.0] * len(members)
         pos = {t.id: i for i, t in enumerate(self.tools)}
         out = torch.zeros(len(queries), len(self.tools))
+        if self.config.method == "score":
+            for m, w, how in zip(members, weights, self._norms, strict=True):
+                s = m.score(queries).float()
+                if [t.id for t in m.tools] != [t.id for t in self.tools]:  # a member that orders its catalog its own way
+                    order = torch.tensor([pos[t.id] for t in m.tools])
+                    s = torch.zeros_like(out).index_copy_(1, order, s)
+                out += w * normalise(s, how)
+            return out  # [Q, N]
         depth = min(self.config.depth, len(self.tools))
         for m, w in zip(members, weights, strict=True):
             ranking = m.retrieve(queries, depth, batch_size=len(queries))

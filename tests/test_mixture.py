@@ -77,6 +77,17 @@ def test_held_out_queries_and_tools_never_reach_training(three, tmp_path):
     assert normalize_text("Get-Weather: current weather, for a city") == "get weather current weather for a city"
 
 
+def test_test_as_train_turns_a_test_only_dataset_into_training_data(three):
+    a, b, c = three
+    ds = load_dataset("mixture", datasets=[a, c], test_as_train=[c])
+    assert {q.id: q.split for q in ds.queries if source_of(q.id) == c} == {f"{c}::1": "train"}
+    assert not any(q.split == "test" for q in ds.queries)  # A's test query stays out
+    assert ds.notes["mixture"][c]["train"] == 1 and ds.notes["test_as_train"] == [c]
+    # a held-out dataset's leaks are still dropped from the relabelled queries
+    ds = load_dataset("mixture", datasets=[a, c], test_as_train=c, holdout=b)
+    assert ds.skipped == {f"{c}: query text also in a held-out dataset": 1}
+
+
 @pytest.mark.parametrize("options,err,needle", [
     ({}, ConfigError, "data.options.datasets"),
     ({"datasets": [7]}, ConfigError, "neither a name"),
@@ -85,6 +96,7 @@ def test_held_out_queries_and_tools_never_reach_training(three, tmp_path):
     ({"datasets": ["A"], "near_duplicates": "BAD"}, DataError, "bad.json"),
     ({"datasets": ["A"], "near_duplicates": "BAD2"}, DataError, "bad2.json.*lists of id strings"),
     ({"datasets": ["A"], "holdout": ["A2"]}, DataError, "no training query left"),
+    ({"datasets": ["A"], "test_as_train": ["A2"]}, ConfigError, "test_as_train.*not in data.options.datasets"),
 ])
 def test_bad_mixture_options_name_the_key_or_file(three, tmp_path, options, err, needle):
     a = three[0]

@@ -4,7 +4,9 @@ Every tool, agent and query id is prefixed with its dataset (``metatool::weather
 datasets never merge; the text datamodule reads the prefix to draw each training batch from one
 dataset (its negatives come from one catalog; ``data.mixture_temperature`` sets how often each
 dataset is drawn). Test splits are left out: a mixture trains; its model is tested on each dataset
-itself (benchmarks/general.py, leave-one-dataset-out).
+itself (benchmarks/general.py, leave-one-dataset-out). ``test_as_train`` names datasets whose test
+queries train instead (datasets published with a test split only): in a leave-one-dataset-out run
+every dataset but the held-out one is training data, as in DomainBed's protocol.
 
 No leakage: ``holdout`` names the datasets a model will be tested on. A training query whose
 normalised text equals any query of a held-out dataset is dropped, and so is every training query
@@ -57,13 +59,17 @@ def source_groups(ds: ToolDataset, ids: Sequence[str]) -> list[int] | None:
     return [index[source_of(i)] for i in ids]
 
 
-def _prefixed(name: str, ds: ToolDataset, splits: tuple[str, ...]) -> tuple[list[Tool], list[Agent], list[Query]]:
+def _prefixed(name: str, ds: ToolDataset, splits: tuple[str, ...], test_as_train: bool = False
+              ) -> tuple[list[Tool], list[Agent], list[Query]]:
+    """The dataset's tools, agents and queries (of ``splits``) with ids prefixed by ``name``;
+    ``test_as_train``: its test queries come as training queries."""
     p = f"{name}{SEP}"
     tools = [Tool(p + t.id, t.name, t.description, p + t.agent if t.agent else None, t.category, t.parameters,
                   t.returns) for t in ds.tools]
     agents = [Agent(p + a.id, a.name, a.description, a.category) for a in ds.agents]
-    queries = [Query(p + q.id, q.text, tuple(p + t for t in q.tools), q.split, q.steps) for q in ds.queries
-               if q.split in splits]
+    relabel = {"test": "train"} if test_as_train else {}
+    queries = [Query(p + q.id, q.text, tuple(p + t for t in q.tools), relabel.get(q.split, q.split), q.steps)
+               for q in ds.queries if relabel.get(q.split, q.split) in splits]
     return tools, agents, queries
 
 
@@ -77,10 +83,11 @@ def _leaked(holdout: list[ToolDataset]) -> tuple[set[str], set[str]]:
 @DATASETS.register("mixture")
 def load_mixture(root: Path, datasets: list[Any] | None = None, holdout: list[str] | str | None = None,
                  near_duplicates: str | None = None, splits: list[str] | None = None,
-                 max_val_per_dataset: int | None = 500) -> ToolDataset:
+                 max_val_per_dataset: int | None = 500, test_as_train: list[str] | None = None) -> ToolDataset:
     """``datasets``: names, or ``{name: options}`` maps, of the datasets mixed (their train and val
     splits; ``splits`` to change). ``holdout``: dataset names nothing may leak from. ``max_val_per_dataset``:
-    the first N val queries of each dataset (validation on the whole mixture is slow and adds little)."""
+    the first N val queries of each dataset (validation on the whole mixture is slow and adds little).
+    ``test_as_train``: mixed datasets whose test queries train (their test split is then never a test)."""
     if not datasets:
         raise ConfigError("data.options.datasets: name the datasets of the mixture (e.g. [toollens, metatool])")
     specs: list[tuple[str, dict]] = []
@@ -98,6 +105,10 @@ def load_mixture(root: Path, datasets: list[Any] | None = None, holdout: list[st
     holdout_names = [holdout] if isinstance(holdout, str) else list(holdout or [])
     if set(holdout_names) & set(names):
         raise ConfigError(f"data.options.holdout: {sorted(set(holdout_names) & set(names))} also mixed into training")
+    as_train = [test_as_train] if isinstance(test_as_train, str) else list(test_as_train or [])
+    if set(as_train) - set(names):
+        raise ConfigError(f"data.options.test_as_train: {sorted(set(as_train) - set(names))} are not in "
+                          f"data.options.datasets {names}")
     keep = tuple(splits or ("train", "val"))
     texts, keys = _leaked([load_dataset(h, root) for h in holdout_names])
     extra: dict[str, set[str]] = {"queries": set(), "tools": set()}
@@ -115,7 +126,7 @@ def load_mixture(root: Path, datasets: list[Any] | None = None, holdout: list[st
     report: dict[str, Any] = {}
     for name, opts in specs:
         ds = load_dataset(name, root, **opts)
-        t, a, q = _prefixed(name, ds, keep)
+        t, a, q = _prefixed(name, ds, keep, name in as_train)
         leaked_tools = {x.id for x in t if tool_key(x) in keys} | (extra["tools"] & {x.id for x in t})
         drop = Counter()
         kept: list[Query] = []
@@ -141,5 +152,5 @@ def load_mixture(root: Path, datasets: list[Any] | None = None, holdout: list[st
                         "dropped": dict(drop)}
     if not any(q.split == "train" for q in queries):
         raise DataError(f"mixture of {names}: no training query left (holdout {holdout_names})")
-    notes = {"mixture": report, "holdout": holdout_names, "near_duplicates": near_duplicates}
+    notes = {"mixture": report, "holdout": holdout_names, "near_duplicates": near_duplicates, "test_as_train": as_train}
     return ToolDataset("mixture", tools, queries, agents, skipped=skipped, notes=notes)

@@ -91,12 +91,21 @@ def test_cache_is_keyed_and_read_back_and_bad_files_are_named(tiny, tmp_path, mo
     a = cached_states(model, tok, TEXTS, 1, 16, tmp_path)
     files = list(tmp_path.glob("states-*.pt"))
     assert len(files) == 1
+    build = PackedStates.build
     monkeypatch.setattr(PackedStates, "build", lambda *a, **k: pytest.fail("rebuilt although cached"))
     b = cached_states(model, tok, TEXTS, 1, 16, tmp_path)
     assert torch.equal(a.flat, b.flat) and a.lengths == b.lengths
-    key = cache_key(model, tok, TEXTS, 1, 16)
-    assert key != cache_key(model, tok, TEXTS, 2, 16) != cache_key(model, tok, TEXTS[:4], 1, 16)
-    assert key != cache_key(model, tok, TEXTS, 1, 8)
+    # a subset, in another order and with a repeat, is read from the same store: nothing is rebuilt
+    sub = cached_states(model, tok, [TEXTS[2], TEXTS[0], TEXTS[2]], 1, 16, tmp_path)
+    alone = build(model, tok, [TEXTS[2], TEXTS[0], TEXTS[2]], 1, 16)
+    assert torch.equal(sub.flat, alone.flat) and sub.lengths == alone.lengths
+    built = []
+    monkeypatch.setattr(PackedStates, "build", lambda m, t, texts, *a, **k: built.append(list(texts)) or build(m, t, texts, *a, **k))
+    more = cached_states(model, tok, ["a text never seen", *TEXTS], 1, 16, tmp_path)
+    assert built == [["a text never seen"]]  # only what the store lacks runs through the bottom
+    assert torch.equal(more.select(range(1, len(TEXTS) + 1)).flat, a.flat) and len(list(tmp_path.glob("states-*.pt"))) == 1
+    key = cache_key(model, tok, 1, 16)
+    assert key != cache_key(model, tok, 2, 16) and key != cache_key(model, tok, 1, 8)
     files[0].write_bytes(b"not a tensor file")
     with pytest.raises(DataError, match="activation cache") as e:
         cached_states(model, tok, TEXTS, 1, 16, tmp_path)
@@ -150,7 +159,8 @@ def test_fast_recipe_trains_end_to_end(synthetic_dataset_dir, tiny_bert_dir, tmp
     cfg = load_config(TrainConfig, [], over + FAST + [f"model.cache_dir={tmp_path / 'cache'}"])
     summary = train(cfg)
     assert summary["metrics"]["recall@5"] > 0.5  # chance is ~0.2 on 24 tools
-    assert len(list((tmp_path / "cache").glob("states-*.pt"))) == 2  # queries and tools
+    stores = list((tmp_path / "cache").glob("states-*.pt"))  # queries and tools: one store (same K and length)
+    assert len(stores) == 1 and len(torch.load(stores[0], weights_only=True)["keys"]) > 24
     res = json.loads((tmp_path / "run" / "results.json").read_text())
     t = res["training"]
     assert t["steps"] == 40 and t["train_seconds"] > 0 and t["examples_per_second"] > 0 and t["device"]

@@ -148,29 +148,51 @@ class PackedStates:
         inverse[torch.tensor(order, device=out.device)] = torch.arange(len(order), device=out.device)
         return out[inverse]
 
-    def save(self, path: Path) -> None:
+    def select(self, rows: Sequence[int]) -> PackedStates:
+        """The states of texts ``rows`` (in that order, repeats allowed) as a new ``PackedStates``."""
+        rows = [int(i) for i in rows]
+        lengths = torch.tensor([self.lengths[i] for i in rows], dtype=torch.long)
+        offsets = torch.zeros(len(rows) + 1, dtype=torch.long)
+        offsets[1:] = lengths.cumsum(0)
+        flat = torch.cat([self.flat[self.offsets[i]:self.offsets[i + 1]] for i in rows]) if rows else self.flat[:0]
+        return PackedStates(flat, offsets)
+
+    def concat(self, other: PackedStates) -> PackedStates:
+        return PackedStates(torch.cat([self.flat, other.flat.to(self.flat.dtype)]),
+                            torch.cat([self.offsets, other.offsets[1:] + self.offsets[-1]]))
+
+    def save(self, path: Path, keys: Sequence[str] | None = None) -> None:
+        """To ``path`` (atomically); ``keys``: one per text, so that a later run finds its texts by key."""
         with atomic_path(path) as tmp:
-            torch.save({"flat": self.flat, "offsets": self.offsets}, tmp)
+            torch.save({"flat": self.flat, "offsets": self.offsets, **({"keys": list(keys)} if keys is not None else {})},
+                       tmp)
 
     @classmethod
-    def load(cls, path: Path, n: int, hidden: int) -> PackedStates:
-        """Read a saved cache; a DataError (naming the file) unless it holds ``n`` texts of width ``hidden``."""
+    def load(cls, path: Path, n: int | None, hidden: int) -> PackedStates:
+        """Read a saved cache; a DataError (naming the file) unless it holds ``n`` texts (None: as many
+        as its keys) of width ``hidden``."""
+        return cls._read(path, n, hidden)[0]
+
+    @classmethod
+    def _read(cls, path: Path, n: int | None, hidden: int) -> tuple[PackedStates, list[str] | None]:
         try:
             data = torch.load(path, map_location="cpu", weights_only=True)
-            flat, offsets = data["flat"], data["offsets"]
-            ok = (flat.ndim == 2 and flat.shape[1] == hidden and offsets.shape == (n + 1,)
+            flat, offsets, keys = data["flat"], data["offsets"], data.get("keys")
+            n = len(keys) if n is None and keys is not None else n
+            ok = (flat.ndim == 2 and flat.shape[1] == hidden and n is not None and offsets.shape == (n + 1,)
                   and int(offsets[-1]) == flat.shape[0] and bool((offsets[1:] >= offsets[:-1]).all()))
         except Exception as e:  # noqa: BLE001 - a cut or foreign file: one clear message
             raise DataError(f"unreadable activation cache ({type(e).__name__}); delete it to rebuild", path) from None
         if not ok:
             raise DataError(f"activation cache does not fit: expected {n} texts of width {hidden}; delete it to "
                             "rebuild", path)
-        return cls(flat, offsets)
+        return cls(flat, offsets), keys
 
 
-def cache_key(backbone: nn.Module, tokenizer, texts: Sequence[str], k: int, max_length: int) -> str:
-    """Hash of what the cached states depend on: the frozen weights, the tokenizer, the texts, K, length."""
-    h = hashlib.sha1(f"{type(backbone).__name__}|{k}|{max_length}|{len(texts)}".encode())
+def cache_key(backbone: nn.Module, tokenizer, k: int, max_length: int) -> str:
+    """Hash of what the cached states depend on besides the text: the frozen weights, the tokenizer, K
+    and the truncation length. One cache file per key holds every text encoded so far."""
+    h = hashlib.sha1(f"{type(backbone).__name__}|{k}|{max_length}".encode())
     emb, layers = stack(backbone)
     for module in [emb, *layers[:k]]:
         for name, t in module.state_dict().items():
@@ -178,20 +200,35 @@ def cache_key(backbone: nn.Module, tokenizer, texts: Sequence[str], k: int, max_
             h.update(t.detach().to("cpu").contiguous().view(torch.uint8).numpy().tobytes())
     vocab = sorted(tokenizer.get_vocab().items())
     h.update(f"{type(tokenizer).__name__}|{vocab}|{getattr(tokenizer, 'do_lower_case', None)}".encode())
-    for t in texts:
-        h.update(t.encode("utf-8", "surrogatepass") + b"\0")
     return h.hexdigest()[:20]
+
+
+def text_key(text: str) -> str:
+    return hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()[:20]
 
 
 def cached_states(backbone: nn.Module, tokenizer, texts: Sequence[str], k: int, max_length: int,
                   cache_dir: str | Path | None, batch_size: int = 128, device: torch.device | str = "cpu") -> PackedStates:
-    """``PackedStates`` of ``texts`` under ``cache_dir`` (keyed by ``cache_key``): built once, then read."""
+    """``PackedStates`` of ``texts`` from ``cache_dir/states-<cache_key>.pt``, a store keyed by text:
+    only the texts it lacks are run through the frozen bottom and added. So the runs of a
+    leave-one-dataset-out sweep, each on a different subset of the same texts, share one cache."""
     if cache_dir is None:
         return PackedStates.build(backbone, tokenizer, texts, k, max_length, batch_size, device)
-    path = Path(cache_dir) / f"states-{cache_key(backbone, tokenizer, texts, k, max_length)}.pt"
-    if path.is_file():
-        return PackedStates.load(path, len(texts), backbone.config.hidden_size)
-    states = PackedStates.build(backbone, tokenizer, texts, k, max_length, batch_size, device)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    states.save(path)
-    return states
+    path = Path(cache_dir) / f"states-{cache_key(backbone, tokenizer, k, max_length)}.pt"
+    store, keys = (PackedStates._read(path, None, backbone.config.hidden_size) if path.is_file() else (None, None))
+    keys = list(keys or [])
+    row = {key: i for i, key in enumerate(keys)}
+    wanted = [text_key(t) for t in texts]
+    missing = list(dict.fromkeys(t for t, key in zip(texts, wanted, strict=True) if key not in row))
+    if missing:
+        new = PackedStates.build(backbone, tokenizer, missing, k, max_length, batch_size, device)
+        store = new if store is None else store.concat(new)
+        for t in missing:
+            row[text_key(t)] = len(keys)
+            keys.append(text_key(t))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        store.save(path, keys)
+    if store is None:  # no texts asked for, none cached
+        return PackedStates.build(backbone, tokenizer, texts, k, max_length, batch_size, device)
+    rows = [row[key] for key in wanted]
+    return store if rows == list(range(len(store))) else store.select(rows)

@@ -1,0 +1,150 @@
+"""Issue "General retriever": dense + BM25 hybrids, zero-shot, on the leave-one-dataset-out datasets.
+
+The hybrid is the shipped fusion retriever with ``method: score``: each member's scores min-max
+normalised per query over the catalog, then ``dense + w * bm25`` (toolgraph/retrieval/pipeline.py).
+Two dense members are measured, each fused with the dataset's own BM25 preset:
+
+- ``hybrid_minilm``: all-MiniLM-L6-v2 (configs/eval/minilm_<dataset>.yaml), no training at all;
+- ``hybrid_general``: the leave-one-dataset-out model of the dataset (the ``run`` of its
+  ``general_lodo`` row, at that row's chosen WiSE alpha), where the run folder is here.
+
+    python benchmarks/general_hybrid.py --weights 0.2 0.3 0.5 [--datasets seal-tools ...]
+
+``w`` is chosen once, by the mean R@5 of the MiniLM hybrid on the val splits of the datasets that have
+one (test never chooses), and applied to both. Rows go to benchmarks/results/general.json, their
+``metrics`` by w (``"0.0"``: the dense member alone, ``"0.5"``: dense + 0.5 x BM25) and
+``val_recall@5`` by w; the table to docs/general.md (block ``general-hybrid``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from general import KEEP, LODO_SETS, NAME, PAGE, ROOT, at_alpha, baseline, chosen_alpha  # noqa: E402
+from results_io import RESULTS, machine, upsert, write_block  # noqa: E402
+
+
+def members(dataset: str, encoder: Path | None, wise: float | None):
+    """The dataset's dense retriever (MiniLM, or ``encoder`` at WiSE ``wise``) and its BM25, with the
+    dataset and the eval settings of its MiniLM preset."""
+    from toolgraph.config import EvaluateConfig, load_config
+    from toolgraph.data import prepare_dataset
+    from toolgraph.retrieval.base import build_retriever
+
+    overrides = [f"retriever.model={encoder}", "retriever.cache_dir=null"] if encoder else []
+    cfg = load_config(EvaluateConfig, [ROOT / "configs" / "eval" / f"minilm_{dataset}.yaml"], overrides)
+    dense = build_retriever(cfg.retriever)
+    if encoder is not None and wise is not None and wise != 1:
+        from toolgraph.nn.encoder import interpolate_weights
+
+        interpolate_weights(dense.encoder.backbone, "all-MiniLM-L6-v2", wise)
+    bm25 = build_retriever(load_config(EvaluateConfig, [ROOT / "configs" / "eval" / f"bm25_{dataset}.yaml"]).retriever)
+    return dense, bm25, prepare_dataset(cfg.data), cfg.eval
+
+
+def grid(dataset: str, weights: list[float], encoder: Path | None = None, wise: float | None = None) -> dict:
+    """Test metrics and val R@5 of ``dense + w * bm25`` for every w (w = 0: the dense member alone)."""
+    from toolgraph.evaluation import evaluate
+    from toolgraph.retrieval.pipeline import FusionConfig, FusionRetriever
+
+    dense, bm25, ds, eval_cfg = members(dataset, encoder, wise)
+    out: dict = {"test": {}, "val_recall@5": {}}
+    for w in [0.0, *weights]:
+        r = dense if w == 0 else FusionRetriever(FusionConfig(method="score", weights=[1.0, w], normalize="minmax"),
+                                                 members=[dense, bm25])
+        report = evaluate(r, ds, "test", eval_cfg)
+        out["test"][str(w)] = {k: round(report.metrics[k], 4) for k in KEEP}
+        out["queries"] = len(report.query_ids)
+        if ds.split("val"):
+            out["val_recall@5"][str(w)] = round(evaluate(r, ds, "val", eval_cfg).metrics["recall@5"], 4)
+    return out
+
+
+def chosen_weight(rows: list[dict]) -> tuple[str, dict[str, float]]:
+    """The w with the best mean val R@5 over the datasets with a val split (and each w's mean)."""
+    ws = sorted({w for r in rows for w in r["val_recall@5"]}, key=float)
+    have = [r for r in rows if r["val_recall@5"]]
+    means = {w: sum(r["val_recall@5"][w] for r in have) / max(1, len(have)) for w in ws}
+    return (max(means, key=means.get) if means else "0.0"), means
+
+
+def run(args: argparse.Namespace) -> None:
+    rows = json.loads((RESULTS / f"{NAME}.json").read_text())["rows"]
+    lodo = {r["dataset"]: r for r in rows if r["method"] == "general_lodo" and r["setting"] == "zero-shot"}
+    alpha, _ = chosen_alpha(list(lodo.values()))
+    for d in args.datasets:
+        start = time.perf_counter()
+        found = [("hybrid_minilm", None, None)]
+        model = Path(lodo[d]["run"]) / "retriever" / "encoder" if d in lodo else None
+        if model is not None and (model / "config.json").is_file():
+            found.append(("hybrid_general", model, float(alpha)))
+        else:
+            print(f"{d}: no leave-one-dataset-out model here ({model}): MiniLM hybrid only", flush=True)
+        for method, encoder, wise in found:
+            g = grid(d, args.weights, encoder, wise)
+            row = {"method": method, "dataset": d, "split": "test", "setting": "zero-shot",
+                   "encoder": str(encoder) if encoder else "all-MiniLM-L6-v2", "wise": wise, "queries": g["queries"],
+                   "metrics": g["test"], "val_recall@5": g["val_recall@5"],
+                   "minilm": {k: baseline("dense", d).get(k) for k in ("recall@5", "ndcg@5")},
+                   "bm25": {k: baseline("bm25", d).get(k) for k in ("recall@5", "ndcg@5")},
+                   "seconds": round(time.perf_counter() - start, 1), "command": args.command, "machine": machine()}
+            upsert(NAME, [row])
+            print(f"{d} {method}: " + ", ".join(f"w={w} R@5 {m['recall@5']:.4f}" for w, m in g["test"].items()), flush=True)
+    render()
+
+
+def render(page: str | Path = PAGE) -> None:
+    rows = json.loads((RESULTS / f"{NAME}.json").read_text())["rows"]
+    mini = {r["dataset"]: r for r in rows if r["method"] == "hybrid_minilm"}
+    gen = {r["dataset"]: r for r in rows if r["method"] == "hybrid_general"}
+    lodo = {r["dataset"]: r for r in rows if r["method"] == "general_lodo" and r["setting"] == "zero-shot"}
+    if not mini:
+        return
+    w, means = chosen_weight(list(mini.values()))
+    alpha, _ = chosen_alpha(list(lodo.values()))
+    lines = [f"BM25 weight chosen on the val splits of the {sum(bool(r['val_recall@5']) for r in mini.values())} "
+             f"datasets that have one (MiniLM hybrid): **w = {w}** (mean val R@5 "
+             + ", ".join(f"w {k}: {v:.4f}" for k, v in means.items()) + "). Test R@5:", "",
+             f"| dataset | MiniLM | BM25 | MiniLM + BM25 | Δ vs MiniLM | general (LODO, alpha {alpha}) "
+             f"| general + BM25 | Δ vs MiniLM |", "|---|---|---|---|---|---|---|---|"]
+    d_mini, d_gen = [], []
+    for d in [x for x in LODO_SETS if x in mini]:
+        m = mini[d]
+        base, hyb = m["metrics"]["0.0"]["recall@5"], m["metrics"][w]["recall@5"]
+        d_mini.append(hyb - base)
+        g_alone = f"{at_alpha(lodo[d], alpha)['recall@5']:.3f}" if d in lodo else "–"
+        g_hyb, g_delta = "–", "–"
+        if d in gen:
+            v = gen[d]["metrics"][w]["recall@5"]
+            d_gen.append(v - base)
+            g_hyb, g_delta = f"{v:.3f}", f"{v - base:+.3f}"
+        lines.append(f"| {d} | {base:.3f} | {m['bm25']['recall@5']:.3f} | {hyb:.3f} | {hyb - base:+.3f} | {g_alone} "
+                     f"| {g_hyb} | {g_delta} |")
+    lines.append(f"| **mean Δ** | | | | **{sum(d_mini) / len(d_mini):+.3f}** ({len(d_mini)} datasets) | | "
+                 f"| **{sum(d_gen) / max(1, len(d_gen)):+.3f}** ({len(d_gen)} datasets) |")
+    write_block(page, "general-hybrid", "\n".join(lines))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--datasets", nargs="+", default=list(LODO_SETS), choices=LODO_SETS)
+    p.add_argument("--weights", nargs="+", type=float, default=[0.2, 0.3, 0.5], help="BM25 weights w (> 0)")
+    p.add_argument("--render-only", action="store_true")
+    p.add_argument("--command", default=None, help="recorded in the rows (default: this command line)")
+    args = p.parse_args()
+    if args.command is None:
+        args.command = "python " + " ".join(shlex.quote(x) for x in sys.argv)
+    if any(w <= 0 for w in args.weights):
+        p.error(f"--weights: every w must be > 0 (w = 0 is the dense member alone, always measured), got {args.weights}")
+    render() if args.render_only else run(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -258,6 +258,17 @@ def render(page: str | Path = PAGE) -> None:
         lines.append(f"| **mean of {len(lodo_rows)}** | **{mean:.3f}** | | | {base:.3f} | | **{mean - base:+.3f}** "
                      f"| | | | |")
     write_block(page, "general-lodo", "\n".join(lines))
+    main = {r["dataset"]: r for r in lodo_rows}
+    tat = [r for r in rows if r["method"] == "general_lodo" and r["setting"] != "zero-shot" and r.get("test_as_train")]
+    if tat:
+        table = [f"| held-out dataset | R@5 (alpha {alpha}) | R@5 as trained | training queries | main table R@5 "
+                 "(alpha, as trained) | MiniLM R@5 | steps | device |", "|---|---|---|---|---|---|---|---|"]
+        for r in sorted(tat, key=lambda r: LODO_SETS.index(r["dataset"])):
+            m, old = at_alpha(r, alpha), main.get(r["dataset"])
+            before = f"{at_alpha(old, alpha)['recall@5']:.3f}, {old['metrics']['recall@5']:.3f}" if old else "–"
+            table.append(f"| {r['dataset']} | {m['recall@5']:.3f} | {r['metrics']['recall@5']:.3f} | {r['train_queries']} "
+                         f"| {before} | {r['minilm']['recall@5']:.3f} | {r.get('steps')} | {r.get('device') or '–'} |")
+        write_block(page, "general-test-as-train", "\n".join(table))
     domain = [r for r in rows if r["method"] == "general_all"]
     if domain:
         table = ["| dataset | R@5 | NDCG@5 | steps | train seconds | device |", "|---|---|---|---|---|---|"]

@@ -219,13 +219,13 @@ def cached_states(backbone: nn.Module, tokenizer, texts: Sequence[str], k: int, 
     keys = list(keys or [])
     row = {key: i for i, key in enumerate(keys)}
     wanted = [text_key(t) for t in texts]
-    missing = list(dict.fromkeys(t for t, key in zip(texts, wanted, strict=True) if key not in row))
+    missing = {key: t for t, key in zip(texts, wanted, strict=True) if key not in row}  # each text once
     if missing:
-        new = PackedStates.build(backbone, tokenizer, missing, k, max_length, batch_size, device)
+        new = PackedStates.build(backbone, tokenizer, list(missing.values()), k, max_length, batch_size, device)
         store = new if store is None else store.concat(new)
-        for t in missing:
-            row[text_key(t)] = len(keys)
-            keys.append(text_key(t))
+        for key in missing:
+            row[key] = len(keys)
+            keys.append(key)
         path.parent.mkdir(parents=True, exist_ok=True)
         store.save(path, keys)
     if store is None:  # no texts asked for, none cached

@@ -6,9 +6,11 @@ Two dense members are measured, each fused with the dataset's own BM25 preset:
 
 - ``hybrid_minilm``: all-MiniLM-L6-v2 (configs/eval/minilm_<dataset>.yaml), no training at all;
 - ``hybrid_general``: the leave-one-dataset-out model of the dataset (the ``run`` of its
-  ``general_lodo`` row, at that row's chosen WiSE alpha), where the run folder is here.
+  ``general_lodo`` row, at the WiSE alpha chosen on val for those rows), where the run folder is here;
+  ``--lodo test-as-train`` takes the models of ``lodo --test-as-train`` instead (rows with that setting).
 
     python benchmarks/general_hybrid.py --weights 0.2 0.3 0.5 [--datasets seal-tools ...]
+    python benchmarks/general_hybrid.py --weights 0.2 0.3 0.5 --lodo test-as-train --dense general
 
 ``w`` is chosen once, by the mean R@5 of the MiniLM hybrid on the val splits of the datasets that have
 one (test never chooses), and applied to both. Rows go to benchmarks/results/general.json, their
@@ -29,6 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from general import KEEP, LODO_SETS, NAME, PAGE, ROOT, at_alpha, baseline, chosen_alpha  # noqa: E402
 from results_io import RESULTS, machine, upsert, write_block  # noqa: E402
+
+# --lodo: which leave-one-dataset-out models (general_lodo rows of this setting) are the dense member
+SETTINGS = {"main": "zero-shot", "test-as-train": "zero-shot, test-only datasets train"}
 
 
 def members(dataset: str, encoder: Path | None, wise: float | None):
@@ -77,19 +82,20 @@ def chosen_weight(rows: list[dict]) -> tuple[str, dict[str, float]]:
 
 def run(args: argparse.Namespace) -> None:
     rows = json.loads((RESULTS / f"{NAME}.json").read_text())["rows"]
-    lodo = {r["dataset"]: r for r in rows if r["method"] == "general_lodo" and r["setting"] == "zero-shot"}
+    setting = SETTINGS[args.lodo]
+    lodo = {r["dataset"]: r for r in rows if r["method"] == "general_lodo" and r["setting"] == setting}
     alpha, _ = chosen_alpha(list(lodo.values()))
     for d in args.datasets:
         start = time.perf_counter()
-        found = [("hybrid_minilm", None, None)]
+        found = [("hybrid_minilm", None, None, "zero-shot")] if "minilm" in args.dense else []
         model = Path(lodo[d]["run"]) / "retriever" / "encoder" if d in lodo else None
-        if model is not None and (model / "config.json").is_file():
-            found.append(("hybrid_general", model, float(alpha)))
-        else:
-            print(f"{d}: no leave-one-dataset-out model here ({model}): MiniLM hybrid only", flush=True)
-        for method, encoder, wise in found:
+        if "general" in args.dense and model is not None and (model / "config.json").is_file():
+            found.append(("hybrid_general", model, float(alpha), setting))
+        elif "general" in args.dense:
+            print(f"{d}: no leave-one-dataset-out model ({setting}) here ({model}): no general hybrid", flush=True)
+        for method, encoder, wise, row_setting in found:
             g = grid(d, args.weights, encoder, wise)
-            row = {"method": method, "dataset": d, "split": "test", "setting": "zero-shot",
+            row = {"method": method, "dataset": d, "split": "test", "setting": row_setting,
                    "encoder": str(encoder) if encoder else "all-MiniLM-L6-v2", "wise": wise, "queries": g["queries"],
                    "metrics": g["test"], "val_recall@5": g["val_recall@5"],
                    "minilm": {k: baseline("dense", d).get(k) for k in ("recall@5", "ndcg@5")},
@@ -103,7 +109,7 @@ def run(args: argparse.Namespace) -> None:
 def render(page: str | Path = PAGE) -> None:
     rows = json.loads((RESULTS / f"{NAME}.json").read_text())["rows"]
     mini = {r["dataset"]: r for r in rows if r["method"] == "hybrid_minilm"}
-    gen = {r["dataset"]: r for r in rows if r["method"] == "hybrid_general"}
+    gen = {r["dataset"]: r for r in rows if r["method"] == "hybrid_general" and r["setting"] == SETTINGS["main"]}
     lodo = {r["dataset"]: r for r in rows if r["method"] == "general_lodo" and r["setting"] == "zero-shot"}
     if not mini:
         return
@@ -130,12 +136,43 @@ def render(page: str | Path = PAGE) -> None:
     lines.append(f"| **mean Δ** | | | | **{sum(d_mini) / len(d_mini):+.3f}** ({len(d_mini)} datasets) | | "
                  f"| **{sum(d_gen) / max(1, len(d_gen)):+.3f}** ({len(d_gen)} datasets) |")
     write_block(page, "general-hybrid", "\n".join(lines))
+    tat_gen = {r["dataset"]: r for r in rows if r["method"] == "hybrid_general" and r["setting"] == SETTINGS["test-as-train"]}
+    if tat_gen:
+        write_block(page, "general-hybrid-tat", tat_table(mini, tat_gen, rows, w))
+
+
+def tat_table(mini: dict, gen: dict, rows: list[dict], w: str) -> str:
+    """The hybrid with the test-as-train leave-one-dataset-out models (``--lodo test-as-train``), at
+    the BM25 weight ``w`` chosen for the MiniLM hybrid and the WiSE alpha chosen on those models' val."""
+    tat = [r for r in rows if r["method"] == "general_lodo" and r["setting"] == SETTINGS["test-as-train"]]
+    alpha, means = chosen_alpha(tat)  # chosen now, over every such row; each hybrid row keeps its own
+    lines = [f"WiSE alpha chosen on val for these models: **{alpha}** (mean val R@5 "
+             + ", ".join(f"alpha {a}: {m:.4f}" for a, m in means.items()) + f"); BM25 weight w = {w}. Each row "
+             "names the alpha it was measured at. Test R@5:", "",
+             "| dataset | MiniLM | MiniLM + BM25 | alpha | general (test-as-train) | Δ vs MiniLM | general + BM25 "
+             "| Δ vs MiniLM |", "|---|---|---|---|---|---|---|---|"]
+    alone, hybrid = [], []
+    for d in [x for x in LODO_SETS if x in gen and x in mini]:
+        base = mini[d]["metrics"]["0.0"]["recall@5"]
+        a, h = gen[d]["metrics"]["0.0"]["recall@5"], gen[d]["metrics"][w]["recall@5"]
+        alone.append(a - base)
+        hybrid.append(h - base)
+        lines.append(f"| {d} | {base:.3f} | {mini[d]['metrics'][w]['recall@5']:.3f} | {gen[d]['wise']} | {a:.3f} "
+                     f"| {a - base:+.3f} | {h:.3f} | {h - base:+.3f} |")
+    n = len(alone)
+    lines.append(f"| **mean Δ** ({n} datasets) | | | | | **{sum(alone) / max(1, n):+.3f}** | "
+                 f"| **{sum(hybrid) / max(1, n):+.3f}** |")
+    return "\n".join(lines)
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--datasets", nargs="+", default=list(LODO_SETS), choices=LODO_SETS)
     p.add_argument("--weights", nargs="+", type=float, default=[0.2, 0.3, 0.5], help="BM25 weights w (> 0)")
+    p.add_argument("--lodo", choices=sorted(SETTINGS), default="main",
+                   help="the leave-one-dataset-out models of hybrid_general: the main table's, or lodo --test-as-train's")
+    p.add_argument("--dense", nargs="+", choices=("minilm", "general"), default=["minilm", "general"],
+                   help="which dense members to measure (hybrid_minilm, hybrid_general rows)")
     p.add_argument("--render-only", action="store_true")
     p.add_argument("--command", default=None, help="recorded in the rows (default: this command line)")
     args = p.parse_args()

@@ -1,0 +1,52 @@
+"""benchmarks/general_hybrid.py: which leave-one-dataset-out models and WiSE alpha a hybrid row uses,
+and the test-as-train table's figures, on hand-made rows (no data, no model)."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TAT = "zero-shot, test-only datasets train"
+
+
+@pytest.fixture
+def hybrid(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    spec = importlib.util.spec_from_file_location("_benchmark_general_hybrid", ROOT / "benchmarks" / "general_hybrid.py")
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)
+    spec.loader.exec_module(module)
+    return module
+
+
+def lodo_row(dataset, setting, val):
+    return {"method": "general_lodo", "dataset": dataset, "setting": setting, "val_recall@5": val}
+
+
+def hybrid_row(method, dataset, setting, by_w, wise=None):
+    return {"method": method, "dataset": dataset, "setting": setting, "wise": wise,
+            "metrics": {w: {"recall@5": v} for w, v in by_w.items()}}
+
+
+def test_the_test_as_train_table_uses_its_own_rows_alpha_and_the_chosen_weight(hybrid):
+    rows = [lodo_row("toollens", TAT, {"1.0": 0.40, "0.5": 0.30}), lodo_row("metatool", TAT, {"1.0": 0.80, "0.5": 0.70}),
+            lodo_row("toollens", "zero-shot", {"1.0": 0.10, "0.5": 0.90})]  # the main table's rows choose 0.5
+    mini = {"toollens": hybrid_row("hybrid_minilm", "toollens", "zero-shot", {"0.0": 0.25, "0.3": 0.35}),
+            "metatool": hybrid_row("hybrid_minilm", "metatool", "zero-shot", {"0.0": 0.75, "0.3": 0.76})}
+    gen = {"toollens": hybrid_row("hybrid_general", "toollens", TAT, {"0.0": 0.30, "0.3": 0.40}, 1.0),
+           "metatool": hybrid_row("hybrid_general", "metatool", TAT, {"0.0": 0.80, "0.3": 0.70}, 0.5)}
+    table = hybrid.tat_table(mini, gen, rows, "0.3")
+    assert "**1.0** (mean val R@5 alpha 0.5: 0.5000, alpha 1.0: 0.6000)" in table
+    assert "| toollens | 0.250 | 0.350 | 1.0 | 0.300 | +0.050 | 0.400 | +0.150 |" in table
+    assert "| metatool | 0.750 | 0.760 | 0.5 | 0.800 | +0.050 | 0.700 | -0.050 |" in table  # its own alpha, shown
+    assert "| **mean Δ** (2 datasets) | | | | | **+0.050** | | **+0.050** |" in table
+
+
+def test_the_lodo_choice_names_a_setting_and_a_bad_one_is_refused(hybrid, monkeypatch, capsys):
+    assert hybrid.SETTINGS == {"main": "zero-shot", "test-as-train": TAT}
+    monkeypatch.setattr(sys, "argv", ["general_hybrid.py", "--lodo", "leaky"])
+    with pytest.raises(SystemExit):
+        hybrid.main()
+    assert "--lodo: invalid choice: 'leaky'" in capsys.readouterr().err

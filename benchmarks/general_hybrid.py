@@ -11,6 +11,11 @@ Two dense members are measured, each fused with the dataset's own BM25 preset:
 
     python benchmarks/general_hybrid.py --weights 0.2 0.3 0.5 [--datasets seal-tools ...]
     python benchmarks/general_hybrid.py --weights 0.2 0.3 0.5 --lodo test-as-train --dense general
+    python benchmarks/general_hybrid.py --learned   # hybrid_minilm_learned: the fusion fitted on the other 13
+
+``--learned`` fits a fusion model (``retriever.method: learned``, toolgraph/retrieval/fusion_model.py)
+for each dataset on the test and val queries of the 13 others (their labels; never the held-out
+dataset's), and ranks the held-out dataset with it: zero-shot, like the leave-one-dataset-out models.
 
 ``w`` is chosen once, by the mean R@5 of the MiniLM hybrid on the val splits of the datasets that have
 one (test never chooses), and applied to both. Rows go to benchmarks/results/general.json, their
@@ -72,6 +77,64 @@ def grid(dataset: str, weights: list[float], encoder: Path | None = None, wise: 
     return out
 
 
+def scores_and_gold(dataset: str, split: str) -> tuple[list, object] | None:
+    """MiniLM's and BM25's [Q, N] scores over the dataset's catalog for its ``split`` queries, and the
+    [Q, N] gold matrix; None when the split is empty."""
+    import torch
+
+    dense, bm25, ds, _ = members(dataset, None, None)
+    queries = ds.split(split)
+    if not queries:
+        return None
+    for r in (dense, bm25):
+        r.fit(ds)
+        r.index(ds.tools)
+    assert [t.id for t in dense.tools] == [t.id for t in bm25.tools], dataset
+    texts, pos = [q.text for q in queries], {t.id: i for i, t in enumerate(dense.tools)}
+    gold = torch.zeros(len(queries), len(pos))
+    for i, q in enumerate(queries):
+        for t in q.tools:
+            if t in pos:
+                gold[i, pos[t]] = 1
+    return [dense.score(texts).float(), bm25.score(texts).float()], gold
+
+
+def learned(args: argparse.Namespace) -> None:
+    """hybrid_minilm_learned rows: per held-out dataset, a fusion model fitted on the 13 others."""
+    from toolgraph.evaluation import evaluate
+    from toolgraph.retrieval.fusion_model import FusionModel
+    from toolgraph.retrieval.pipeline import FusionConfig, FusionRetriever
+
+    examples = {}
+    for d in LODO_SETS:  # every other dataset fits, whatever --datasets says
+        for split in ("test", "val"):
+            got = scores_and_gold(d, split)
+            if got is not None:
+                examples[(d, split)] = got
+        print(f"{d}: scores ready", flush=True)
+    folder = Path(args.runs)
+    for held in args.datasets:
+        start = time.perf_counter()
+        keys = [k for k in examples if k[0] != held]
+        model = FusionModel.fit([examples[k] for k in keys], candidates=args.candidates, names=[f"{d}/{s}" for d, s in keys])
+        path = model.save(folder / f"{held}.json")
+        dense, bm25, ds, eval_cfg = members(held, None, None)
+        fused = FusionRetriever(FusionConfig(method="learned", model_file=str(path)), members=[dense, bm25])
+        report = evaluate(fused, ds, "test", eval_cfg)
+        val = {"learned": round(evaluate(fused, ds, "val", eval_cfg).metrics["recall@5"], 4)} if ds.split("val") else {}
+        row = {"method": "hybrid_minilm_learned", "dataset": held, "split": "test", "setting": "zero-shot",
+               "encoder": "all-MiniLM-L6-v2", "queries": len(report.query_ids),
+               "metrics": {k: round(report.metrics[k], 4) for k in KEEP}, "val_recall@5": val,
+               "fusion_model": str(path), "trained_on": [f"{d}/{s}" for d, s in keys],
+               "weights": dict(zip(model.features, [round(w, 4) for w in model.weights])),
+               "minilm": {k: baseline("dense", held).get(k) for k in ("recall@5", "ndcg@5")},
+               "bm25": {k: baseline("bm25", held).get(k) for k in ("recall@5", "ndcg@5")},
+               "seconds": round(time.perf_counter() - start, 1), "command": args.command, "machine": machine()}
+        upsert(NAME, [row])
+        print(f"{held} learned fusion: R@5 {report.metrics['recall@5']:.4f} (MiniLM {row['minilm']['recall@5']})", flush=True)
+    render()
+
+
 def chosen_weight(rows: list[dict]) -> tuple[str, dict[str, float]]:
     """The w with the best mean val R@5 over the datasets with a val split (and each w's mean)."""
     ws = sorted({w for r in rows for w in r["val_recall@5"]}, key=float)
@@ -110,6 +173,7 @@ def render(page: str | Path = PAGE) -> None:
     rows = json.loads((RESULTS / f"{NAME}.json").read_text())["rows"]
     mini = {r["dataset"]: r for r in rows if r["method"] == "hybrid_minilm"}
     gen = {r["dataset"]: r for r in rows if r["method"] == "hybrid_general" and r["setting"] == SETTINGS["main"]}
+    fit = {r["dataset"]: r for r in rows if r["method"] == "hybrid_minilm_learned"}
     lodo = {r["dataset"]: r for r in rows if r["method"] == "general_lodo" and r["setting"] == "zero-shot"}
     if not mini:
         return
@@ -118,9 +182,9 @@ def render(page: str | Path = PAGE) -> None:
     lines = [f"BM25 weight chosen on the val splits of the {sum(bool(r['val_recall@5']) for r in mini.values())} "
              f"datasets that have one (MiniLM hybrid): **w = {w}** (mean val R@5 "
              + ", ".join(f"w {k}: {v:.4f}" for k, v in means.items()) + "). Test R@5:", "",
-             f"| dataset | MiniLM | BM25 | MiniLM + BM25 | Δ vs MiniLM | general (LODO, alpha {alpha}) "
-             f"| general + BM25 | Δ vs MiniLM |", "|---|---|---|---|---|---|---|---|"]
-    d_mini, d_gen = [], []
+             f"| dataset | MiniLM | BM25 | MiniLM + BM25 | Δ vs MiniLM | MiniLM + BM25, learned | Δ vs MiniLM "
+             f"| general (LODO, alpha {alpha}) | general + BM25 | Δ vs MiniLM |", "|---|---|---|---|---|---|---|---|---|---|"]
+    d_mini, d_gen, d_fit = [], [], []
     for d in [x for x in LODO_SETS if x in mini]:
         m = mini[d]
         base, hyb = m["metrics"]["0.0"]["recall@5"], m["metrics"][w]["recall@5"]
@@ -131,9 +195,15 @@ def render(page: str | Path = PAGE) -> None:
             v = gen[d]["metrics"][w]["recall@5"]
             d_gen.append(v - base)
             g_hyb, g_delta = f"{v:.3f}", f"{v - base:+.3f}"
-        lines.append(f"| {d} | {base:.3f} | {m['bm25']['recall@5']:.3f} | {hyb:.3f} | {hyb - base:+.3f} | {g_alone} "
-                     f"| {g_hyb} | {g_delta} |")
-    lines.append(f"| **mean Δ** | | | | **{sum(d_mini) / len(d_mini):+.3f}** ({len(d_mini)} datasets) | | "
+        f_hyb, f_delta = "–", "–"
+        if d in fit:
+            v = fit[d]["metrics"]["recall@5"]
+            d_fit.append(v - base)
+            f_hyb, f_delta = f"{v:.3f}", f"{v - base:+.3f}"
+        lines.append(f"| {d} | {base:.3f} | {m['bm25']['recall@5']:.3f} | {hyb:.3f} | {hyb - base:+.3f} | {f_hyb} "
+                     f"| {f_delta} | {g_alone} | {g_hyb} | {g_delta} |")
+    lines.append(f"| **mean Δ** | | | | **{sum(d_mini) / len(d_mini):+.3f}** ({len(d_mini)} datasets) | "
+                 f"| **{sum(d_fit) / max(1, len(d_fit)):+.3f}** ({len(d_fit)} datasets) | | "
                  f"| **{sum(d_gen) / max(1, len(d_gen)):+.3f}** ({len(d_gen)} datasets) |")
     write_block(page, "general-hybrid", "\n".join(lines))
     tat_gen = {r["dataset"]: r for r in rows if r["method"] == "hybrid_general" and r["setting"] == SETTINGS["test-as-train"]}
@@ -173,6 +243,10 @@ def main() -> None:
                    help="the leave-one-dataset-out models of hybrid_general: the main table's, or lodo --test-as-train's")
     p.add_argument("--dense", nargs="+", choices=("minilm", "general"), default=["minilm", "general"],
                    help="which dense members to measure (hybrid_minilm, hybrid_general rows)")
+    p.add_argument("--learned", action="store_true",
+                   help="hybrid_minilm_learned rows: a fusion model per dataset, fitted on the 13 others")
+    p.add_argument("--candidates", type=int, default=30, help="--learned: each member's top tools the model scores")
+    p.add_argument("--runs", default="runs/general_hybrid_learned", help="--learned: where the fusion models go")
     p.add_argument("--render-only", action="store_true")
     p.add_argument("--command", default=None, help="recorded in the rows (default: this command line)")
     args = p.parse_args()
@@ -180,7 +254,10 @@ def main() -> None:
         args.command = "python " + " ".join(shlex.quote(x) for x in sys.argv)
     if any(w <= 0 for w in args.weights):
         p.error(f"--weights: every w must be > 0 (w = 0 is the dense member alone, always measured), got {args.weights}")
-    render() if args.render_only else run(args)
+    if args.render_only:
+        render()
+    else:
+        learned(args) if args.learned else run(args)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@
       name: fusion
       members: [{name: dense}, {name: bm25}]
       method: score                               # sum_m w_m * normalise(score_m); rrf: sum_m w_m / (k + rank_m)
-      weights: [1.0, 0.3]
+      weights: [1.0, 0.3]                         # learned: model_file: fusion.json (a fitted FusionModel)
 
 A pipeline saves as one folder (``first_stage/``, ``reranker/``) and loads with ``toolgraph.load``.
 """
@@ -30,6 +30,7 @@ from toolgraph.data.schema import ToolDataset
 from toolgraph.errors import ConfigError
 from toolgraph.registry import RETRIEVERS
 from toolgraph.retrieval.base import Retriever, RetrieverConfig, config_for
+from toolgraph.retrieval.fusion_model import FusionModel, normalise
 from toolgraph.retrieval.loading import load
 from toolgraph.retrieval.manifest import mark_writing
 
@@ -165,7 +166,7 @@ class PipelineRetriever(Retriever):
         self._members()
 
 
-FUSION_METHODS = ("rrf", "score")
+FUSION_METHODS = ("rrf", "score", "learned")
 NORMALISERS = ("minmax", "max", "none")
 
 
@@ -180,26 +181,16 @@ class FusionConfig(RetrieverConfig):
     # score: each member's scores per query over the catalog, minmax -> [0, 1], max -> divided by the
     # query's best score (for scores >= 0, e.g. BM25), none -> as they are; one name, or one per member
     normalize: Any = "minmax"
-
-
-def normalise(scores: torch.Tensor, how: str) -> torch.Tensor:
-    """[Q, N] scores rescaled per query (row): ``minmax`` to [0, 1], ``max`` divided by the row's best
-    score, ``none`` unchanged. A constant row (no evidence) becomes zeros, never NaN."""
-    if how == "none":
-        return scores
-    hi = scores.max(dim=1, keepdim=True).values
-    if how == "max":
-        return torch.where(hi > 0, scores / hi.clamp_min(1e-12), torch.zeros_like(scores))
-    lo = scores.min(dim=1, keepdim=True).values
-    span = hi - lo
-    return torch.where(span > 0, (scores - lo) / span.clamp_min(1e-12), torch.zeros_like(scores))
+    # learned: a fitted fusion model (toolgraph/retrieval/fusion_model.py; JSON), members in its order
+    model_file: str | None = None
 
 
 @RETRIEVERS.register("fusion")
 class FusionRetriever(Retriever):
     """Fusion of several retrievers over one catalog: reciprocal rank fusion of their rankings
-    (``method: rrf``), or a weighted sum of their per-query normalised scores (``method: score``, e.g.
-    a dense + BM25 hybrid). Ties: tool id."""
+    (``method: rrf``), a weighted sum of their per-query normalised scores (``method: score``, e.g.
+    a dense + BM25 hybrid), or a fusion model fitted on other catalogs (``method: learned``,
+    toolgraph/retrieval/fusion_model.py). Ties: tool id."""
 
     Config = FusionConfig
     name = "fusion"
@@ -221,6 +212,17 @@ class FusionRetriever(Retriever):
             raise ConfigError(f"retriever.normalize: {c.normalize!r} is not one of {', '.join(NORMALISERS)} "
                               f"(one name, or one per member: {n})")
         self._norms = norms
+        self.fusion_model: FusionModel | None = None
+        if c.method == "learned" and not c.model_file:
+            raise ConfigError("retriever.model_file: method 'learned' needs a fitted fusion model (a JSON file)")
+        if c.method == "learned" and Path(c.model_file).is_file():  # else: a saved folder's own file (_load_state)
+            self._load_fusion_model(Path(c.model_file), n)
+
+    def _load_fusion_model(self, path: Path, n: int) -> None:
+        self.fusion_model = FusionModel.load(path)
+        if self.fusion_model.members != n:
+            raise ConfigError(f"retriever.model_file: {path} was fitted on {self.fusion_model.members} "
+                              f"members, retriever.members has {n}")
 
     def _members(self) -> list[Retriever]:
         if self.members is None:
@@ -241,12 +243,19 @@ class FusionRetriever(Retriever):
         weights = self.config.weights or [1.0] * len(members)
         pos = {t.id: i for i, t in enumerate(self.tools)}
         out = torch.zeros(len(queries), len(self.tools))
-        if self.config.method == "score":
-            for m, w, how in zip(members, weights, self._norms, strict=True):
+        if self.config.method in ("score", "learned"):
+            scores = []
+            for m in members:
                 s = m.score(queries).float()
                 if [t.id for t in m.tools] != [t.id for t in self.tools]:  # a member that orders its catalog its own way
                     order = torch.tensor([pos[t.id] for t in m.tools])
                     s = torch.zeros_like(out).index_copy_(1, order, s)
+                scores.append(s)
+            if self.config.method == "learned":
+                if self.fusion_model is None:
+                    self._load_fusion_model(Path(self.config.model_file), len(members))  # fails naming the file
+                return self.fusion_model.score(scores)  # [Q, N]
+            for s, w, how in zip(scores, weights, self._norms, strict=True):
                 out += w * normalise(s, how)
             return out  # [Q, N]
         depth = min(self.config.depth, len(self.tools))
@@ -264,9 +273,14 @@ class FusionRetriever(Retriever):
         for i, m in enumerate(self._members()):
             m.save(folder / f"member_{i}")
             names.append(f"member_{i}")
+        if self.fusion_model is not None:  # the folder holds its fusion model: it loads anywhere
+            self.fusion_model.save(folder / "fusion_model.json")
+            return _save_with(self, folder, members=names, model_file="fusion_model.json")
         return _save_with(self, folder, members=names)
 
     def _load_state(self, folder: Path) -> None:
         self._base = folder
         self.members = None
         self._members()
+        if self.config.method == "learned" and (folder / self.config.model_file).is_file():
+            self._load_fusion_model(folder / self.config.model_file, len(self.members))

@@ -77,26 +77,30 @@ def grid(dataset: str, weights: list[float], encoder: Path | None = None, wise: 
     return out
 
 
-def scores_and_gold(dataset: str, split: str) -> tuple[list, object] | None:
-    """MiniLM's and BM25's [Q, N] scores over the dataset's catalog for its ``split`` queries, and the
-    [Q, N] gold matrix; None when the split is empty."""
+def scores_and_gold(dataset: str) -> dict[str, tuple[list, object]]:
+    """Per split (test, val where it has queries): MiniLM's and BM25's [Q, N] scores over the
+    dataset's catalog, and the [Q, N] gold matrix. The members are built and indexed once."""
     import torch
 
     dense, bm25, ds, _ = members(dataset, None, None)
-    queries = ds.split(split)
-    if not queries:
-        return None
     for r in (dense, bm25):
         r.fit(ds)
         r.index(ds.tools)
     assert [t.id for t in dense.tools] == [t.id for t in bm25.tools], dataset
-    texts, pos = [q.text for q in queries], {t.id: i for i, t in enumerate(dense.tools)}
-    gold = torch.zeros(len(queries), len(pos))
-    for i, q in enumerate(queries):
-        for t in q.tools:
-            if t in pos:
-                gold[i, pos[t]] = 1
-    return [dense.score(texts).float(), bm25.score(texts).float()], gold
+    pos = {t.id: i for i, t in enumerate(dense.tools)}
+    out = {}
+    for split in ("test", "val"):
+        queries = ds.split(split)
+        if not queries:
+            continue
+        texts = [q.text for q in queries]
+        gold = torch.zeros(len(queries), len(pos))
+        for i, q in enumerate(queries):
+            for t in q.tools:
+                if t in pos:
+                    gold[i, pos[t]] = 1
+        out[split] = ([dense.score(texts).float(), bm25.score(texts).float()], gold)
+    return out
 
 
 def learned(args: argparse.Namespace) -> None:
@@ -107,10 +111,7 @@ def learned(args: argparse.Namespace) -> None:
 
     examples = {}
     for d in LODO_SETS:  # every other dataset fits, whatever --datasets says
-        for split in ("test", "val"):
-            got = scores_and_gold(d, split)
-            if got is not None:
-                examples[(d, split)] = got
+        examples.update({(d, split): got for split, got in scores_and_gold(d).items()})
         print(f"{d}: scores ready", flush=True)
     folder = Path(args.runs)
     for held in args.datasets:

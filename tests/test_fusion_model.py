@@ -102,6 +102,13 @@ def test_bad_fusion_models_name_the_key_or_the_file(tiny_dataset_dir, tmp_path):
     with pytest.raises(ConfigError, match="odd.json was fitted on features"):
         FusionModel.load(tmp_path / "odd.json")
     raw = json.loads((tmp_path / "three.json").read_text())
+    raw["mean"] = "zeros"
+    (tmp_path / "text.json").write_text(json.dumps(raw))
+    with pytest.raises(ConfigError, match="text.json: weights, mean and std must be lists of numbers"):
+        FusionModel.load(tmp_path / "text.json")
+    with pytest.raises(ConfigError, match="retriever.weights: method 'learned' takes its weights"):
+        fusion(method="learned", model_file=str(tmp_path / "three.json"), weights=[1.0, 0.3])
+    raw = json.loads((tmp_path / "three.json").read_text())
     raw["weights"] = raw["weights"][:-1]
     (tmp_path / "short.json").write_text(json.dumps(raw))
     with pytest.raises(ConfigError, match="short.json: weights, mean and std need 15 values"):

@@ -142,6 +142,10 @@ class FusionModel:
             raise ConfigError(f"retriever.model_file: {path} was fitted on features {names}, this toolgraph "
                               f"computes {model.features}")
         width = len(FEATURES) * model.members
+        values = (model.weights, model.mean, model.std)
+        if not all(isinstance(v, list) and all(isinstance(x, (int, float)) for x in v) for v in values) \
+                or not isinstance(model.bias, (int, float)):
+            raise ConfigError(f"retriever.model_file: {path}: weights, mean and std must be lists of numbers, bias a number")
         if not (len(model.weights) == len(model.mean) == len(model.std) == width):
             raise ConfigError(f"retriever.model_file: {path}: weights, mean and std need {width} values each "
                               f"({model.members} members x {len(FEATURES)} features)")

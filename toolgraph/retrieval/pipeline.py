@@ -213,6 +213,9 @@ class FusionRetriever(Retriever):
                               f"(one name, or one per member: {n})")
         self._norms = norms
         self.fusion_model: FusionModel | None = None
+        if c.method == "learned" and c.weights is not None:
+            raise ConfigError("retriever.weights: method 'learned' takes its weights from retriever.model_file; "
+                              "leave weights unset")
         if c.method == "learned" and not c.model_file:
             raise ConfigError("retriever.model_file: method 'learned' needs a fitted fusion model (a JSON file)")
         if c.method == "learned" and Path(c.model_file).is_file():  # else: a saved folder's own file (_load_state)

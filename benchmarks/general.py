@@ -35,6 +35,7 @@ from results_io import DOCS, RESULTS, ROOT, machine, upsert, write_block  # noqa
 NAME = "general"
 PAGE = DOCS / "general.md"
 TRAIN_SETS = ("toollens", "metatool", "ultratool", "toollinkos", "gorilla-torchhub", "api-bank")
+TAT = "zero-shot, test-only datasets train"
 LODO_SETS = ("toollens", "metatool", "api-bank", "seal-tools", "nestools", "ultratool", "ultratool-original",
              "toollinkos", "toolbench-g1", "toolbench-g2", "toolbench-g3", "gorilla-huggingface",
              "gorilla-tensorflow", "gorilla-torchhub")
@@ -127,7 +128,8 @@ def lodo(args: argparse.Namespace) -> None:
         dup_file.write_text(json.dumps(dups))
         kept = load_dataset("mixture", datasets=names, holdout=[held], near_duplicates=str(dup_file),
                             test_as_train=as_train)
-        key = hashlib.sha256("\n".join(sorted(q.id for q in kept.queries)).encode()).hexdigest()[:12]
+        key = hashlib.sha256("\n".join([*sorted(q.id for q in kept.queries), *([args.label] if args.label else [])])
+                             .encode()).hexdigest()[:12]
         run = models.setdefault(key, runs / f"lodo-{key}")
         # the trained weights as they are (model.wise off): --wise interpolates them here, on val and test
         results = train_mixture(names, held, dup_file, run, args.config, ["model.wise=null", *args.overrides], as_train)
@@ -140,13 +142,14 @@ def lodo(args: argparse.Namespace) -> None:
                    for a in [1.0, *args.wise]}
         minilm, bm25 = baseline("dense", held), baseline("bm25", held)
         leak = {name: r["dropped"] for name, r in kept.notes["mixture"].items() if r["dropped"]}
-        setting = "zero-shot, test-only datasets train" if as_train else "zero-shot"
+        setting = (TAT if as_train else "zero-shot") + (f", {args.label}" if args.label else "")
         row = {"method": "general_lodo", "dataset": held, "split": "test", "setting": setting,
                "encoder": "all-MiniLM-L6-v2", "queries": n, "metrics": {k: round(metrics[k], 4) for k in KEEP},
                "minilm": {k: minilm.get(k) for k in ("recall@5", "ndcg@5")},
                "bm25": {k: bm25.get(k) for k in ("recall@5", "ndcg@5")},
                "delta_r5_vs_minilm": round(metrics["recall@5"] - minilm.get("recall@5", float("nan")), 4),
-               "variants": variants, "val_recall@5": val, "trained_on": names, "test_as_train": as_train,
+               "variants": variants, "val_recall@5": val, "label": args.label, "overrides": args.overrides,
+               "trained_on": names, "test_as_train": as_train,
                "train_queries": sum(q.split == "train" for q in kept.queries),
                "leakage_dropped": leak, "near_duplicates": {k: len(v) for k, v in dups.items()},
                "run": str(run), "train_seconds": results.get("training", {}).get("train_seconds"),
@@ -259,7 +262,7 @@ def render(page: str | Path = PAGE) -> None:
                      f"| | | | |")
     write_block(page, "general-lodo", "\n".join(lines))
     main = {r["dataset"]: r for r in lodo_rows}
-    tat = [r for r in rows if r["method"] == "general_lodo" and r["setting"] != "zero-shot" and r.get("test_as_train")]
+    tat = [r for r in rows if r["method"] == "general_lodo" and r["setting"] == TAT]
     if tat:
         t_alpha, t_means = chosen_alpha(tat)  # these models' own alpha, chosen on val like the main table's
         table = [f"WiSE alpha chosen on the held-out datasets' val splits: **{t_alpha}** (mean val R@5 "
@@ -307,6 +310,9 @@ def main() -> None:
                    help="the datasets published with a test split only (all but the held-out one) train too")
     a.add_argument("--config", nargs="*", default=[], help="config files over configs/general.yaml (e.g. a cluster overlay)")
     a.add_argument("--overrides", nargs="*", default=[], help="train.py overrides for every model (key=value)")
+    a.add_argument("--label", default=None,
+                   help="a recipe variant or a rerun (e.g. 'prefixes'): appended to the rows' setting, so they sit "
+                        "beside the main rows instead of replacing them (docs/general.md, 'Recipe variants')")
     a.add_argument("--dup-threshold", type=float, default=0.95, help="cosine of an embedding near-duplicate")
     a.add_argument("--command", default=None, help="recorded in the rows (default: this command line)")
     b = sub.add_parser("all", help="in-domain rows of the all-datasets model")

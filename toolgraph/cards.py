@@ -123,10 +123,12 @@ def render_card(results: dict[str, Any], name: str, encoder_folder: bool = False
     if model.get("first_stage"):
         lines += ["", f"It reranks the candidates of a first stage: `{model['first_stage']}` (saved in this folder)."]
     lines += ["", "## Use", ""]
+    prompts = {k: v for k, v in (("query", model.get("query_prefix")), ("document", model.get("tool_prefix"))) if v}
     if encoder_folder:
+        kw = ', prompt_name="query"' if "query" in prompts else ""
         lines += ["```python", "from sentence_transformers import SentenceTransformer", "",
                   'model = SentenceTransformer("path/to/this/folder")',
-                  'vectors = model.encode(["what is the weather in Paris?"], normalize_embeddings=True)', "```",
+                  f'vectors = model.encode(["what is the weather in Paris?"]{kw}, normalize_embeddings=True)', "```",
                   "", "Tools are encoded from their text, name and description first "
                   "(`toolgraph.data.schema.Tool.document`)."]
     else:
@@ -135,6 +137,11 @@ def render_card(results: dict[str, Any], name: str, encoder_folder: bool = False
                   "print(ranked.ids[0], ranked.scores[0])", "```", "",
                   "or `toolgraph retrieve --checkpoint path/to/this/folder \"what is the weather in Paris?\"`; "
                   "`toolgraph serve` serves it over MCP."]
+    if prompts:
+        lines += ["", "Trained with prompts (saved as this encoder's sentence-transformers `prompts`; toolgraph's "
+                  "dense retriever applies them): " + ", ".join(f"{k} `{v!r}`" for k, v in prompts.items())
+                  + (". Encode tools with `prompt_name=\"document\"`." if encoder_folder and "document" in prompts
+                     else ".")]
     table = _table(metrics)
     lines += ["", f"## Results ({dataset}, {split} split)", ""]
     lines += [table] if table else ["Not evaluated with this export: `python evaluate.py` or "

@@ -331,20 +331,29 @@ class ResumableDataModule(L.LightningDataModule):
 
 
 class ToolTextDataModule(ResumableDataModule):
-    """Serves a ToolDataset to encoder tasks. ``tools`` (sorted by id) fixes the tool indices."""
+    """Serves a ToolDataset to encoder tasks. ``tools`` (sorted by id) fixes the tool indices.
+    ``query_prefix`` / ``tool_prefix`` go before every query / tool text the model sees (training and
+    in-training evaluation); the dataset itself is left as it is."""
 
     def __init__(self, dataset: ToolDataset, cfg: TextDataConfig, tokenizer, tool_texts: list[str] | None = None,
-                 tool_text_style: str = "default", hard_negatives: list[list[int]] | None = None, seed: int = 0):
+                 tool_text_style: str = "default", hard_negatives: list[list[int]] | None = None, seed: int = 0,
+                 query_prefix: str = "", tool_prefix: str = ""):
         super().__init__()
         self.ds, self.cfg, self.tok, self.seed = dataset, cfg, tokenizer, seed
         self.num_workers = cfg.num_workers
         self.tools: list[Tool] = sorted(dataset.tools, key=lambda t: natural_key(t.id))
         self.tool_index = {t.id: i for i, t in enumerate(self.tools)}
-        self.tool_texts = tool_texts or [t.document(tool_text_style) for t in self.tools]
+        self.tool_texts = tool_texts or [tool_prefix + t.document(tool_text_style) for t in self.tools]
+        self.query_prefix = query_prefix
         self.train_queries = dataset.split("train")
         self.train_gold = [[self.tool_index[t] for t in q.tools] for q in self.train_queries]
         self.hard_negatives = hard_negatives
         self.tokenize_train = True  # False: training batches carry indices only (cached activations)
+
+    @property
+    def train_query_texts(self) -> list[str]:
+        """The training queries as the model sees them (with ``query_prefix``)."""
+        return [self.query_prefix + q.text for q in self.train_queries]
 
     # ---- training batches: subclasses override these two hooks ------------------------------
     def train_size(self) -> int:
@@ -353,7 +362,7 @@ class ToolTextDataModule(ResumableDataModule):
     def train_sampler(self, rank: int, world: int) -> Sampler:
         lengths = None
         if self.cfg.bucket_by_length:
-            lengths = [len(x) for x in token_ids(self.tok, [q.text for q in self.train_queries], self.cfg.max_query_length)]
+            lengths = [len(x) for x in token_ids(self.tok, self.train_query_texts, self.cfg.max_query_length)]
         return ContrastiveBatchSampler(self.train_gold, self.cfg.batch_size, self.seed, rank, world,
                                        self.hard_negatives, lengths, self.train_groups(), self.cfg.mixture_temperature)
 
@@ -363,13 +372,13 @@ class ToolTextDataModule(ResumableDataModule):
         return source_groups(self.ds, [q.id for q in self.train_queries])
 
     def train_collator(self) -> Any:
-        return ContrastiveCollator(self.tok, [q.text for q in self.train_queries], self.tool_texts, self.train_gold,
+        return ContrastiveCollator(self.tok, self.train_query_texts, self.tool_texts, self.train_gold,
                                    self.cfg.max_query_length, self.cfg.max_tool_length, self.tokenize_train)
 
     def _eval_loader(self, split: str) -> DataLoader:
         rank, world = self._rank_world()
         queries = self.ds.split(split)[rank::world]  # shard by rank; metric states are summed
-        items = sorted(((q.text, [self.tool_index[t] for t in q.tools]) for q in queries), key=lambda x: len(x[0]))
+        items = sorted(((self.query_prefix + q.text, [self.tool_index[t] for t in q.tools]) for q in queries), key=lambda x: len(x[0]))
         return DataLoader(items, batch_size=self.cfg.eval_batch_size, shuffle=False,
                           collate_fn=QueryCollator(self.tok, self.cfg.eval_max_query_length),
                           num_workers=self.cfg.num_workers, generator=self._generator())
@@ -389,5 +398,5 @@ class LabelDataModule(ToolTextDataModule):
         return ShuffledBatchSampler(len(self.train_queries), self.cfg.batch_size, self.seed, rank, world)
 
     def train_collator(self) -> Any:
-        return LabelCollator(self.tok, [q.text for q in self.train_queries], self.train_gold, self.cfg.max_query_length,
+        return LabelCollator(self.tok, self.train_query_texts, self.train_gold, self.cfg.max_query_length,
                              self.tokenize_train)

@@ -160,6 +160,25 @@ def check_encoder_folder(folder: str | Path) -> None:
         check_vocabulary(tokens, rows, folder)
 
 
+PROMPTS_FILE = "config_sentence_transformers.json"  # sentence-transformers' model config: "prompts"
+
+
+def model_prompts(name: str) -> dict[str, str]:
+    """The prompts a model folder declares (sentence-transformers' ``prompts``, e.g. ``{"query":
+    "query: ", "document": "tool: "}``): text its encoder was trained to see before each query or
+    document. {} for a model that declares none; a malformed file is a DataError naming it."""
+    path = Path(resolve_model(name)) / PROMPTS_FILE
+    if not path.is_file():
+        return {}
+    try:
+        prompts = json.loads(path.read_text(encoding="utf-8")).get("prompts") or {}
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError) as e:
+        raise DataError(f"not a readable sentence-transformers config ({type(e).__name__})", path) from None
+    if not isinstance(prompts, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in prompts.items()):
+        raise DataError(f"'prompts' must map prompt names to strings, got {prompts!r:.200}", path)
+    return prompts
+
+
 def _embedding_rows(model: nn.Module) -> int | None:
     try:
         emb = model.get_input_embeddings()

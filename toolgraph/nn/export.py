@@ -8,10 +8,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from toolgraph.nn.encoder import TextEncoder
+from toolgraph.nn.encoder import PROMPTS_FILE, TextEncoder
 
 
-def export_sentence_transformer(encoder: TextEncoder, tokenizer, folder: str | Path, max_length: int) -> Path:
+def export_sentence_transformer(encoder: TextEncoder, tokenizer, folder: str | Path, max_length: int,
+                                prompts: dict[str, str] | None = None) -> Path:
+    """``prompts``: the text the encoder was trained to see before queries (``"query"``) and tool
+    documents (``"document"``); saved as sentence-transformers' ``prompts``, which toolgraph's dense
+    retriever applies by default (``encode(texts, prompt_name="query")`` in sentence-transformers)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     encoder.backbone.save_pretrained(folder, safe_serialization=True)
@@ -28,4 +32,8 @@ def export_sentence_transformer(encoder: TextEncoder, tokenizer, folder: str | P
                "pooling_mode_mean_tokens": encoder.pooling == "mean", "pooling_mode_max_tokens": False,
                "pooling_mode_mean_sqrt_len_tokens": False}
     (folder / "1_Pooling" / "config.json").write_text(json.dumps(pooling, indent=2))
+    prompts = {k: v for k, v in (prompts or {}).items() if v}
+    if prompts:
+        (folder / PROMPTS_FILE).write_text(json.dumps({"prompts": prompts, "default_prompt_name": None,
+                                                       "similarity_fn_name": "cosine"}, indent=2))
     return folder

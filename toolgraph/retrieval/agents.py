@@ -166,7 +166,7 @@ class AgentRetriever(Retriever):
         todo = list(dict.fromkeys(d for d, k in zip(docs, keys) if k not in self._vectors))
         if todo:
             d = self.dense
-            vecs = d.embed([d.config.doc_prefix + t for t in todo], "encoding tools and agents")
+            vecs = d.embed([d.prefix("document") + t for t in todo], "encoding tools and agents")
             self.encoded += len(todo)
             for t, v in zip(todo, vecs):
                 self._vectors[hashlib.sha1(t.encode()).hexdigest()] = v

@@ -20,7 +20,7 @@ from safetensors.torch import save_file
 
 from toolgraph.config import ToolText, bounded
 from toolgraph.nn.encoder import _MINILM as _NAMED
-from toolgraph.nn.encoder import TextEncoder, check_encoder_folder, load_backbone
+from toolgraph.nn.encoder import TextEncoder, check_encoder_folder, load_backbone, model_prompts
 from toolgraph.nn.storage import read_matrix
 from toolgraph.registry import RETRIEVERS
 from toolgraph.retrieval.base import Retriever, RetrieverConfig
@@ -54,8 +54,8 @@ class DenseConfig(RetrieverConfig):
     max_length: int = bounded(256, ge=1)  # tokens per tool document
     query_max_length: int | None = bounded(None, ge=1)  # tokens per query (None: max_length)
     batch_size: int = bounded(64, ge=1)
-    query_prefix: str = ""  # e.g. "query: " for E5-style models
-    doc_prefix: str = ""
+    query_prefix: str | None = None  # before each query, e.g. "query: "; None: the model folder's "query" prompt
+    doc_prefix: str | None = None  # before each tool document; None: the folder's "document" prompt (else none)
     index: Literal["exact", "faiss", "faiss-hnsw"] = "exact"  # faiss: IndexFlatIP; faiss-hnsw: approximate
     cache_dir: str | None = ".cache/embeddings"  # null: in-memory only
     device: Literal["auto", "cpu", "cuda"] = "auto"
@@ -70,6 +70,7 @@ class DenseRetriever(Retriever):
     def __init__(self, config: DenseConfig | None = None, encoder: TextEncoder | None = None, tokenizer=None):
         super().__init__(config)
         self._encoder, self._tokenizer = encoder, tokenizer
+        self._prompts: dict[str, str] | None = {} if encoder is not None else None  # an in-memory encoder has no folder
         self._cache: EmbeddingCache | None = None
         self._base_dir: Path | None = None  # a saved folder: relative model paths resolve against it
         self.tool_vectors = torch.zeros(0, 0)
@@ -81,13 +82,28 @@ class DenseRetriever(Retriever):
         want = self.config.device
         return torch.device("cuda" if want == "auto" and torch.cuda.is_available() else ("cpu" if want == "auto" else want))
 
+    def _model_name(self) -> str:
+        """config.model, or the folder of that name saved beside this retriever."""
+        model = self.config.model
+        if self._base_dir is not None and (self._base_dir / model).is_dir():
+            return str(self._base_dir / model)
+        return model
+
+    def prefix(self, kind: Literal["query", "document"]) -> str:
+        """The text before each query / tool document: ``query_prefix`` / ``doc_prefix`` when set, else
+        the prompt the model folder declares (``prompts`` in its config_sentence_transformers.json,
+        which toolgraph writes for a bi-encoder trained with prefixes), else nothing."""
+        own = self.config.query_prefix if kind == "query" else self.config.doc_prefix
+        if own is not None:
+            return own
+        if self._prompts is None:
+            self._prompts = model_prompts(self._model_name())
+        return self._prompts.get(kind, "")
+
     @property
     def encoder(self) -> TextEncoder:
         if self._encoder is None:
-            model = self.config.model
-            if self._base_dir is not None and (self._base_dir / model).is_dir():
-                model = str(self._base_dir / model)
-            backbone, self._tokenizer = load_backbone(model)
+            backbone, self._tokenizer = load_backbone(self._model_name())
             self._encoder = TextEncoder(backbone, self.config.pooling, self.config.normalize)
         return self._encoder.to(self.device)
 
@@ -120,7 +136,7 @@ class DenseRetriever(Retriever):
 
     # ---- index ------------------------------------------------------------------------------
     def _build(self) -> None:
-        docs = [self.config.doc_prefix + d for d in self.documents()]
+        docs = [self.prefix("document") + d for d in self.documents()]
         self.tool_vectors = self.embed(docs, "encoding tools")  # [N, H]
         self._build_faiss()
 
@@ -139,7 +155,7 @@ class DenseRetriever(Retriever):
         self._faiss = index
 
     def encode_queries(self, queries: list[str]) -> torch.Tensor:
-        texts = [self.config.query_prefix + q for q in queries]
+        texts = [self.prefix("query") + q for q in queries]
         return self.embed(texts, "encoding queries", self.config.query_max_length)  # [Q, H]
 
     def score(self, queries: list[str]) -> torch.Tensor:
@@ -168,10 +184,13 @@ class DenseRetriever(Retriever):
         elif self._encoder is not None and "/" not in model and not Path(model).is_dir() and model not in _NAMED:
             from toolgraph.nn.export import export_sentence_transformer
 
-            export_sentence_transformer(self._encoder, self._tokenizer, target, self.config.max_length)
+            export_sentence_transformer(self._encoder, self._tokenizer, target, self.config.max_length,
+                                        {k: self.prefix(k) for k in ("query", "document")})
 
     def _load_state(self, folder: Path) -> None:
         self._base_dir = folder
+        if self._encoder is None:
+            self._prompts = None  # read from the saved folder's encoder
         self._check_encoder_folder()
         path = folder / "tool_vectors.safetensors"
         if path.is_file():

@@ -49,12 +49,12 @@ class Tool2VecRetriever(DenseRetriever):
                     self.usage.setdefault(t, []).append(q.text)
 
     def _build(self) -> None:
-        docs = [self.config.doc_prefix + d for d in self.documents()]
+        docs = [self.prefix("document") + d for d in self.documents()]
         vectors = self.embed(docs, "encoding tools")  # [N, H] description vectors
         w = self.config.usage_weight
         used = [i for i, t in enumerate(self.tools) if t.id in self.usage]
         if used and w > 0:
-            texts = [self.config.query_prefix + q for i in used for q in self.usage[self.tools[i].id]]
+            texts = [self.prefix("query") + q for i in used for q in self.usage[self.tools[i].id]]
             qvecs = self.embed(texts, "encoding usage queries", self.config.query_max_length)  # [U, H]
             owner = torch.tensor([k for k, i in enumerate(used) for _ in self.usage[self.tools[i].id]])  # [U]
             means = torch.zeros(len(used), qvecs.shape[1]).index_add_(0, owner, qvecs)

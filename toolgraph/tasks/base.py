@@ -273,6 +273,11 @@ class RetrievalTask(Task):
         retriever, so other tools can load the trained encoder; None when there is none."""
         return None
 
+    def exported_prompts(self) -> dict[str, str]:
+        """Prompts saved with the exported encoder (sentence-transformers ``prompts``): the text the
+        model was trained to see before queries and tool documents."""
+        return {}
+
     def export_retriever(self, folder: str | Path, tools: list | None = None) -> Retriever:
         """Save ``as_retriever(tools)`` to ``folder`` (loads with ``toolgraph.load``), and the trained
         encoder, if any, under ``folder/encoder``. Written into a hidden sibling and swapped in, so an
@@ -283,7 +288,8 @@ class RetrievalTask(Task):
         def build(tmp: Path) -> Retriever:
             exported = self.exported_encoder()
             if exported is not None:
-                export_sentence_transformer(exported[0], self.tokenizer, tmp / "encoder", exported[1])
+                export_sentence_transformer(exported[0], self.tokenizer, tmp / "encoder", exported[1],
+                                            self.exported_prompts())
             r.save(tmp)
             return r
 

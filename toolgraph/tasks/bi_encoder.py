@@ -76,6 +76,8 @@ class BiEncoderConfig(TaskConfig):
     cache_dir: str | None = ".cache/toolgraph"  # cached activations (freeze_layers > 0); None = in memory only
     grad_cache: int = bounded(0, ge=0)  # GradCache: chunks of this many texts (0 = off); single process only
     wise: float | None = bounded(None, ge=0, le=1)  # export alpha*trained + (1-alpha)*pretrained weights (WiSE-FT)
+    query_prefix: str = ""  # instruction-style text before every query, e.g. "query: " (training and inference)
+    tool_prefix: str = ""  # ... before every tool document, e.g. "tool: "; both saved as the encoder's prompts
 
     def validate(self):
         if self.multi_positive and self.loss != "full_catalog":
@@ -117,13 +119,14 @@ class BiEncoderTask(RetrievalTask):
         m = self.model_cfg
         if m.instret:
             ds = instret_augment(ds, m.instret_queries)
-        dm = ToolTextDataModule(ds, data_cfg, self.tokenizer, tool_text_style=m.tool_text, seed=seed)
+        dm = ToolTextDataModule(ds, data_cfg, self.tokenizer, tool_text_style=m.tool_text, seed=seed,
+                                query_prefix=m.query_prefix, tool_prefix=m.tool_prefix)
         if m.hard_negatives:
             dm.hard_negatives = mine_hard_negatives(dm, m.hard_negative_source, m.hard_negative_depth, m.tool_text)
         self.tool_texts = dm.tool_texts
         self.catalog = dm.tools
         dm.tokenize_train = not m.freeze_layers  # cached states replace tokens
-        self._query_texts = [q.text for q in dm.train_queries]
+        self._query_texts = dm.train_query_texts
         hidden = set(ds.notes.get("unseen_tools") or ())  # inductive protocol: never a training negative
         self._allowed = torch.tensor([t.id not in hidden for t in dm.tools], dtype=torch.bool)
         groups = source_groups(ds, [t.id for t in dm.tools])  # a mixture batch's negatives: its own dataset's tools
@@ -293,13 +296,17 @@ class BiEncoderTask(RetrievalTask):
         if not m.shared:
             raise ConfigError("two-tower bi-encoders cannot become a single-encoder DenseRetriever; use shared: true")
         cfg = DenseConfig(model="encoder", pooling=m.pooling, normalize=m.normalize, max_length=d.max_tool_length,
-                          query_max_length=d.eval_max_query_length, tool_text=m.tool_text, cache_dir=None)
+                          query_max_length=d.eval_max_query_length, tool_text=m.tool_text, cache_dir=None,
+                          query_prefix=m.query_prefix, doc_prefix=m.tool_prefix)
         r = DenseRetriever(cfg, encoder=copy.deepcopy(self.query_encoder).cpu().eval(), tokenizer=self.tokenizer)
         r.index(self.catalog if tools is None else tools)
         return r
 
     def exported_encoder(self) -> tuple[TextEncoder, int]:
         return self.query_encoder, self.cfg.data.max_tool_length
+
+    def exported_prompts(self) -> dict[str, str]:
+        return {"query": self.model_cfg.query_prefix, "document": self.model_cfg.tool_prefix}
 
 
 def instret_augment(ds: ToolDataset, n: int) -> ToolDataset:

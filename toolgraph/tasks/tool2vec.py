@@ -83,7 +83,7 @@ class QueryPairDataModule(ToolTextDataModule):
         return QueryPairSampler(self.train_gold, users, self.cfg.batch_size, self.seed, rank, world)
 
     def train_collator(self) -> Any:
-        return QueryPairCollator(self.tok, [q.text for q in self.train_queries], self.tool_texts, self.train_gold,
+        return QueryPairCollator(self.tok, self.train_query_texts, self.tool_texts, self.train_gold,
                                  self.cfg.max_query_length, self.cfg.max_query_length)
 
 
@@ -100,7 +100,9 @@ class Tool2VecTask(BiEncoderTask):
         self.usage: dict[str, list[str]] = artifacts.get("usage", {}) if artifacts else {}
 
     def make_datamodule(self, ds: ToolDataset, data_cfg: TextDataConfig, seed: int) -> QueryPairDataModule:
-        dm = QueryPairDataModule(ds, data_cfg, self.tokenizer, tool_text_style=self.model_cfg.tool_text, seed=seed)
+        m = self.model_cfg
+        dm = QueryPairDataModule(ds, data_cfg, self.tokenizer, tool_text_style=m.tool_text, seed=seed,
+                                 query_prefix=m.query_prefix, tool_prefix=m.tool_prefix)
         self.catalog, self.tool_texts = dm.tools, dm.tool_texts
         self.usage = {}
         for q in dm.train_queries:
@@ -121,7 +123,8 @@ class Tool2VecTask(BiEncoderTask):
         m, d = self.model_cfg, self.cfg.data
         cfg = Tool2VecConfig(model="encoder", pooling=m.pooling, normalize=m.normalize, max_length=d.max_tool_length,
                              query_max_length=d.eval_max_query_length, tool_text=m.tool_text, cache_dir=None,
-                             progress=progress, usage_weight=m.usage_weight, batch_size=d.eval_batch_size)
+                             progress=progress, usage_weight=m.usage_weight, batch_size=d.eval_batch_size,
+                             query_prefix=m.query_prefix, doc_prefix=m.tool_prefix)
         enc = encoder if encoder is not None else copy.deepcopy(self.query_encoder).cpu().eval()
         was_training = enc.training
         r = Tool2VecRetriever(cfg, encoder=enc, tokenizer=self.tokenizer)

@@ -235,6 +235,33 @@ def at_alpha(row: dict, alpha: str) -> dict:
     return row["metrics"] if float(alpha) == 1 else row["variants"][f"wise-{float(alpha)}"]
 
 
+def variants_table(labelled: list[dict], rows: list[dict]) -> str:
+    """Each labelled run (``lodo --label``) beside the unlabelled row of the same held-out dataset and
+    setting: val R@5 (what decides) at alpha 1.0 and 0.5, and test R@5 as trained; means per label over
+    the datasets both have."""
+    base = {(r["dataset"], r["setting"]): r for r in rows if r["method"] == "general_lodo" and not r.get("label")}
+    lines = ["| variant | held-out dataset | val R@5, alpha 1.0 (base → variant) | val R@5, alpha 0.5 | "
+             "test R@5 as trained | device |", "|---|---|---|---|---|---|"]
+    for label in dict.fromkeys(r["label"] for r in labelled):
+        sums: dict[str, list[float]] = {}
+        mine = sorted((r for r in labelled if r["label"] == label), key=lambda r: LODO_SETS.index(r["dataset"]))
+        for r in mine:
+            b = base.get((r["dataset"], r["setting"].removesuffix(f", {label}")))
+            cells = []
+            for key, new, old in (("val 1.0", r["val_recall@5"].get("1.0"), b and b["val_recall@5"].get("1.0")),
+                                  ("val 0.5", r["val_recall@5"].get("0.5"), b and b["val_recall@5"].get("0.5")),
+                                  ("test", r["metrics"]["recall@5"], b and b["metrics"]["recall@5"])):
+                if new is None or old is None:
+                    cells.append("–" if new is None else f"– → {new:.4f}")
+                    continue
+                cells.append(f"{old:.4f} → {new:.4f}")
+                sums.setdefault(key, []).append(new - old)
+            lines.append(f"| {label} | {r['dataset']} | {' | '.join(cells)} | {r.get('device') or '–'} |")
+        mean = [f"{sum(v) / len(v):+.4f} ({len(v)})" if (v := sums.get(k)) else "–" for k in ("val 1.0", "val 0.5", "test")]
+        lines.append(f"| **{label}: mean change** (datasets) | | {' | '.join(mean)} | |")
+    return "\n".join(lines)
+
+
 def render(page: str | Path = PAGE) -> None:
     path = RESULTS / f"{NAME}.json"
     if not path.exists() or not Path(page).exists():
@@ -281,6 +308,9 @@ def render(page: str | Path = PAGE) -> None:
         base = sum(r["minilm"]["recall@5"] for r in tat) / len(tat)
         table.append(f"| **mean of {len(tat)}** | **{mean:.3f}** | | | | {base:.3f} | **{mean - base:+.3f}** | | |")
         write_block(page, "general-test-as-train", "\n".join(table))
+    labelled = [r for r in rows if r["method"] == "general_lodo" and r.get("label")]
+    if labelled:
+        write_block(page, "general-variants", variants_table(labelled, rows))
     domain = [r for r in rows if r["method"] == "general_all"]
     if domain:
         table = ["| dataset | R@5 | NDCG@5 | steps | train seconds | device |", "|---|---|---|---|---|---|"]

@@ -1,0 +1,66 @@
+"""benchmarks/general.py: labelled leave-one-dataset-out runs (``lodo --label``) are compared with the
+unlabelled row of the same dataset and setting, on val first, on hand-made rows (no data, no model)."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TAT = "zero-shot, test-only datasets train"
+
+
+@pytest.fixture
+def general(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    spec = importlib.util.spec_from_file_location("_benchmark_general", ROOT / "benchmarks" / "general.py")
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)
+    spec.loader.exec_module(module)
+    return module
+
+
+def row(dataset, setting, val, test, label=None):
+    return {"method": "general_lodo", "dataset": dataset, "setting": setting + (f", {label}" if label else ""),
+            "label": label, "val_recall@5": val, "metrics": {"recall@5": test}, "device": "cpu"}
+
+
+def test_a_variant_is_compared_with_the_base_row_of_its_own_setting(general):
+    rows = [row("toollens", TAT, {"1.0": 0.30, "0.5": 0.20}, 0.31), row("toollens", "zero-shot", {"1.0": 0.9}, 0.9),
+            row("metatool", TAT, {"1.0": 0.70, "0.5": 0.60}, 0.80), row("nestools", TAT, {}, 0.50),
+            row("toollens", TAT, {"1.0": 0.34, "0.5": 0.21}, 0.30, "prefixes"),
+            row("metatool", TAT, {"1.0": 0.68, "0.5": 0.62}, 0.82, "prefixes"),
+            row("nestools", TAT, {}, 0.55, "prefixes"),
+            row("api-bank", TAT, {"1.0": 0.9}, 0.7, "prefixes")]  # no base row: shown, not averaged
+    labelled = [r for r in rows if r["label"]]
+    table = general.variants_table(labelled, rows)
+    assert "| prefixes | toollens | 0.3000 → 0.3400 | 0.2000 → 0.2100 | 0.3100 → 0.3000 | cpu |" in table
+    assert "| prefixes | api-bank | – → 0.9000 | – | – → 0.7000 | cpu |" in table
+    # val at alpha 1.0: (+0.04 - 0.02) / 2; alpha 0.5: (+0.01 + 0.02) / 2; test over three datasets
+    assert "| **prefixes: mean change** (datasets) | | +0.0100 (2) | +0.0150 (2) | +0.0200 (3) | |" in table
+    lines = table.splitlines()
+    assert [ln.split(" | ")[1] for ln in lines[2:6]] == ["toollens", "metatool", "api-bank", "nestools"]
+
+
+def test_labelled_rows_stay_out_of_the_test_as_train_table(general, tmp_path, monkeypatch):
+    import json
+
+    results = tmp_path / "results"
+    results.mkdir()
+    base = {"variants": {"wise-0.5": {"recall@5": 0.3, "ndcg@5": 0.3}}, "minilm": {"recall@5": 0.25},
+            "train_queries": 10, "steps": 100, "test_as_train": ["x"]}
+    rows = [{**row("toollens", TAT, {"1.0": 0.30, "0.5": 0.20}, 0.31), **base},
+            {**row("toollens", TAT, {"1.0": 0.99, "0.5": 0.99}, 0.99, "prefixes"), **base}]
+    for r in rows:
+        r["metrics"]["ndcg@5"] = 0.3
+    (results / "general.json").write_text(json.dumps({"rows": rows}))
+    page = tmp_path / "general.md"
+    page.write_text("".join(f"<!-- {b}:start -->\n<!-- {b}:end -->\n"
+                            for b in ("general-lodo", "general-test-as-train", "general-variants")))
+    monkeypatch.setattr(general, "RESULTS", results)
+    general.render(page)
+    text = page.read_text()
+    tat = text.split("general-test-as-train:start")[1].split("general-test-as-train:end")[0]
+    assert "0.310" in tat and "0.990" not in tat and "mean of 1" in tat
+    assert "| prefixes | toollens | 0.3000 → 0.9900 |" in text

@@ -235,18 +235,32 @@ def at_alpha(row: dict, alpha: str) -> dict:
     return row["metrics"] if float(alpha) == 1 else row["variants"][f"wise-{float(alpha)}"]
 
 
+RERUN = "rerun"  # lodo --label rerun: the base recipe again (e.g. on another device), not a variant
+
+
 def variants_table(labelled: list[dict], rows: list[dict]) -> str:
-    """Each labelled run (``lodo --label``) beside the unlabelled row of the same held-out dataset and
-    setting: val R@5 (what decides) at alpha 1.0 and 0.5, and test R@5 as trained; means per label over
-    the datasets both have."""
-    base = {(r["dataset"], r["setting"]): r for r in rows if r["method"] == "general_lodo" and not r.get("label")}
+    """Each labelled run (``lodo --label``) beside the base recipe's row of the same held-out dataset
+    and setting, on the same device where there is one (the unlabelled row, else a ``rerun``), else the
+    unlabelled row: val R@5 (what decides) at alpha 1.0 and 0.5, and test R@5 as trained; means per
+    label over the datasets both have. A ``rerun`` is compared with the unlabelled row (device noise)."""
+    bases: dict[tuple[str, str], list[dict]] = {}
+    for r in rows:
+        if r["method"] == "general_lodo" and r.get("label") in (None, RERUN):
+            bases.setdefault((r["dataset"], r["setting"].removesuffix(f", {RERUN}")), []).append(r)
+
+    def base_for(r: dict, setting: str) -> dict | None:
+        found = [b for b in bases.get((r["dataset"], setting), []) if b is not r]
+        main = [b for b in found if not b.get("label")]
+        same = [b for b in found if b.get("device") == r.get("device")] if r["label"] != RERUN else []
+        return (same or main or [None])[0]
+
     lines = ["| variant | held-out dataset | val R@5, alpha 1.0 (base → variant) | val R@5, alpha 0.5 | "
-             "test R@5 as trained | device |", "|---|---|---|---|---|---|"]
+             "test R@5 as trained | base row | device |", "|---|---|---|---|---|---|---|"]
     for label in dict.fromkeys(r["label"] for r in labelled):
         sums: dict[str, list[float]] = {}
         mine = sorted((r for r in labelled if r["label"] == label), key=lambda r: LODO_SETS.index(r["dataset"]))
         for r in mine:
-            b = base.get((r["dataset"], r["setting"].removesuffix(f", {label}")))
+            b = base_for(r, r["setting"].removesuffix(f", {label}"))
             cells = []
             for key, new, old in (("val 1.0", r["val_recall@5"].get("1.0"), b and b["val_recall@5"].get("1.0")),
                                   ("val 0.5", r["val_recall@5"].get("0.5"), b and b["val_recall@5"].get("0.5")),
@@ -256,9 +270,11 @@ def variants_table(labelled: list[dict], rows: list[dict]) -> str:
                     continue
                 cells.append(f"{old:.4f} → {new:.4f}")
                 sums.setdefault(key, []).append(new - old)
-            lines.append(f"| {label} | {r['dataset']} | {' | '.join(cells)} | {r.get('device') or '–'} |")
+            where = "–" if b is None else (b.get("label") or "main") + (", same device" if b.get("device") == r.get("device")
+                                                                        else "")
+            lines.append(f"| {label} | {r['dataset']} | {' | '.join(cells)} | {where} | {r.get('device') or '–'} |")
         mean = [f"{sum(v) / len(v):+.4f} ({len(v)})" if (v := sums.get(k)) else "–" for k in ("val 1.0", "val 0.5", "test")]
-        lines.append(f"| **{label}: mean change** (datasets) | | {' | '.join(mean)} | |")
+        lines.append(f"| **{label}: mean change** (datasets) | | {' | '.join(mean)} | | |")
     return "\n".join(lines)
 
 

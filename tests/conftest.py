@@ -107,6 +107,21 @@ def synthetic_dataset_dir(tmp_path_factory) -> Path:
     return folder
 
 
+def load_benchmark(name: str, monkeypatch):
+    """benchmarks/<name>.py as a module, loaded by path (names like ``datasets`` are taken elsewhere),
+    with benchmarks/ on sys.path for its own imports; both undone after the test."""
+    import importlib.util
+    import sys
+
+    root = Path(__file__).resolve().parents[1] / "benchmarks"
+    monkeypatch.syspath_prepend(str(root))
+    spec = importlib.util.spec_from_file_location(f"_benchmark_{name}", root / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)
+    spec.loader.exec_module(module)
+    return module
+
+
 def tiny_train_overrides(data_dir: Path, model_dir: Path, out_dir: Path, steps: int = 16) -> list[str]:
     """Overrides that make train.py a few-second run on the synthetic data with the tiny BERT."""
     return [f"data.name={data_dir}", f"model.encoder={model_dir}", f"out_dir={out_dir}",

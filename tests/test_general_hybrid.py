@@ -1,24 +1,17 @@
 """benchmarks/general_hybrid.py: which leave-one-dataset-out models and WiSE alpha a hybrid row uses,
 and the test-as-train table's figures, on hand-made rows (no data, no model)."""
 
-import importlib.util
 import sys
-from pathlib import Path
 
 import pytest
+from conftest import load_benchmark
 
-ROOT = Path(__file__).resolve().parents[1]
 TAT = "zero-shot, test-only datasets train"
 
 
 @pytest.fixture
 def hybrid(monkeypatch):
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location("_benchmark_general_hybrid", ROOT / "benchmarks" / "general_hybrid.py")
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, module)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("general_hybrid", monkeypatch)
 
 
 def lodo_row(dataset, setting, val):

@@ -1,24 +1,15 @@
 """benchmarks/general.py: labelled leave-one-dataset-out runs (``lodo --label``) are compared with the
 unlabelled row of the same dataset and setting, on val first, on hand-made rows (no data, no model)."""
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
+from conftest import load_benchmark
 
-ROOT = Path(__file__).resolve().parents[1]
 TAT = "zero-shot, test-only datasets train"
 
 
 @pytest.fixture
 def general(monkeypatch):
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location("_benchmark_general", ROOT / "benchmarks" / "general.py")
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, module)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("general", monkeypatch)
 
 
 def row(dataset, setting, val, test, label=None, device="cpu"):

@@ -4,10 +4,10 @@ what its benchmarks/ render step writes from the results files."""
 
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULT_FILES = sorted(p for p in (ROOT / "benchmarks" / "results").glob("*.json") if p.name != "datasets.json")
@@ -48,15 +48,7 @@ MARKER = re.compile(r"<!-- ([\w-]+):start -->")
 
 
 def _script(name: str, monkeypatch):
-    """benchmarks/<name>.py as a module (loaded by path: names like ``datasets`` are taken elsewhere)."""
-    import importlib.util
-
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location(f"_benchmark_{name}", ROOT / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, module)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark(name, monkeypatch)
 
 
 @pytest.mark.parametrize("script", sorted(GENERATED))

@@ -1,23 +1,15 @@
 """The soak benchmark's logic (benchmarks/soak.py) in seconds: a tiny index, a few clients, swaps and
 oversized queries — every count it reports adds up, and the server it measured stayed clean."""
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import load_benchmark
 
 
 @pytest.mark.slow  # about 20 s: a server process, a few seconds of load
 def test_soak_smoke(tiny_dataset_dir, tiny_bert_dir, tmp_path, monkeypatch):
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location("_benchmark_soak", ROOT / "benchmarks" / "soak.py")
-    soak = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, soak)
-    spec.loader.exec_module(soak)
+    soak = load_benchmark("soak", monkeypatch)
     retriever = {"name": "t2a", "scorer": "rrf",
                  "dense": {"name": "dense", "model": str(tiny_bert_dir), "cache_dir": None, "progress": False}}
     row = soak.main(["--minutes", "0.1", "--clients", "3", "--mcp-clients", "1", "--swap-every", "1.5",

@@ -235,6 +235,15 @@ def at_alpha(row: dict, alpha: str) -> dict:
     return row["metrics"] if float(alpha) == 1 else row["variants"][f"wise-{float(alpha)}"]
 
 
+def short_device(device: str | None) -> str:
+    """"cpu: 1 process(es) x 2 threads, 2 cores available" -> "CPU, 2 threads"; GPU names as they are."""
+    if not device:
+        return "–"
+    if device.startswith("cpu:"):
+        return "CPU, " + device.split(" x ")[-1].split(",")[0]
+    return device
+
+
 RERUN = "rerun"  # lodo --label rerun: the base recipe again (e.g. on another device), not a variant
 
 
@@ -270,9 +279,9 @@ def variants_table(labelled: list[dict], rows: list[dict]) -> str:
                     continue
                 cells.append(f"{old:.4f} → {new:.4f}")
                 sums.setdefault(key, []).append(new - old)
-            where = "–" if b is None else (b.get("label") or "main") + (", same device" if b.get("device") == r.get("device")
-                                                                        else "")
-            lines.append(f"| {label} | {r['dataset']} | {' | '.join(cells)} | {where} | {r.get('device') or '–'} |")
+            where = "–" if b is None else (b.get("label") or "main") + (
+                ", same device" if b.get("device") == r.get("device") else f", {short_device(b.get('device'))}")
+            lines.append(f"| {label} | {r['dataset']} | {' | '.join(cells)} | {where} | {short_device(r.get('device'))} |")
         mean = [f"{sum(v) / len(v):+.4f} ({len(v)})" if (v := sums.get(k)) else "–" for k in ("val 1.0", "val 0.5", "test")]
         lines.append(f"| **{label}: mean change** (datasets) | | {' | '.join(mean)} | | |")
     return "\n".join(lines)

@@ -14,7 +14,7 @@ def general(monkeypatch):
 
 def row(dataset, setting, val, test, label=None, device="cpu"):
     return {"method": "general_lodo", "dataset": dataset, "setting": setting + (f", {label}" if label else ""),
-            "label": label, "val_recall@5": val, "metrics": {"recall@5": test}, "device": device}
+            "label": label, "val_recall@5": val, "metrics": {"recall@5": test}, "device": {"cpu": "cpu: 1 process(es) x 2 threads, 2 cores available"}.get(device, device)}
 
 
 def test_a_variant_is_compared_with_the_base_row_of_its_own_setting(general):
@@ -26,8 +26,8 @@ def test_a_variant_is_compared_with_the_base_row_of_its_own_setting(general):
             row("api-bank", TAT, {"1.0": 0.9}, 0.7, "prefixes")]  # no base row: shown, not averaged
     labelled = [r for r in rows if r["label"]]
     table = general.variants_table(labelled, rows)
-    assert "| prefixes | toollens | 0.3000 → 0.3400 | 0.2000 → 0.2100 | 0.3100 → 0.3000 | main, same device | cpu |" in table
-    assert "| prefixes | api-bank | – → 0.9000 | – | – → 0.7000 | – | cpu |" in table
+    assert "| prefixes | toollens | 0.3000 → 0.3400 | 0.2000 → 0.2100 | 0.3100 → 0.3000 | main, same device | CPU, 2 threads |" in table
+    assert "| prefixes | api-bank | – → 0.9000 | – | – → 0.7000 | – | CPU, 2 threads |" in table
     # val at alpha 1.0: (+0.04 - 0.02) / 2; alpha 0.5: (+0.01 + 0.02) / 2; test over three datasets
     assert "| **prefixes: mean change** (datasets) | | +0.0100 (2) | +0.0150 (2) | +0.0200 (3) | | |" in table
     lines = table.splitlines()
@@ -41,9 +41,9 @@ def test_a_variant_on_another_device_than_the_main_row_is_compared_with_a_rerun_
             row("metatool", TAT, {"1.0": 0.70}, 0.80, device="gpu"),
             row("metatool", TAT, {"1.0": 0.72}, 0.81, "prefixes")]  # no CPU base: the main row, marked
     table = general.variants_table([r for r in rows if r["label"]], rows)
-    assert "| rerun | toollens | 0.3000 → 0.2800 | – | 0.3100 → 0.2900 | main | cpu |" in table
-    assert "| prefixes | toollens | 0.2800 → 0.3300 | – | 0.2900 → 0.3000 | rerun, same device | cpu |" in table
-    assert "| prefixes | metatool | 0.7000 → 0.7200 | – | 0.8000 → 0.8100 | main | cpu |" in table
+    assert "| rerun | toollens | 0.3000 → 0.2800 | – | 0.3100 → 0.2900 | main, gpu | CPU, 2 threads |" in table
+    assert "| prefixes | toollens | 0.2800 → 0.3300 | – | 0.2900 → 0.3000 | rerun, same device | CPU, 2 threads |" in table
+    assert "| prefixes | metatool | 0.7000 → 0.7200 | – | 0.8000 → 0.8100 | main, gpu | CPU, 2 threads |" in table
 
 
 def test_labelled_rows_stay_out_of_the_test_as_train_table(general, tmp_path, monkeypatch):

@@ -40,7 +40,8 @@ GENERATED = {
     "agents": ({}, "docs/agents-and-serving.md", {"agents-main", "agents-variants", "agents-mcp-layout", "agents-serving"}),
     "soak": ({}, "docs/agents-and-serving.md", {"serve-soak"}),
     "convergence": ({}, "docs/dense.md", {"fast"}),
-    "general": ({}, "docs/general.md", {"general-lodo", "general-all", "general-mcp", "general-test-as-train"}),
+    "general": ({}, "docs/general.md", {"general-lodo", "general-all", "general-mcp", "general-test-as-train",
+                        "general-variants"}),
     "general_hybrid": ({}, "docs/general.md", {"general-hybrid", "general-hybrid-tat"}),
 }
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

@@ -4,6 +4,8 @@ datasets (configs/general.yaml), tested zero-shot on datasets it never saw.
     # leave-one-dataset-out: per held-out dataset, a model trained on the others (leaks removed), its
     # zero-shot test R@5 / NDCG@5 beside BM25 and MiniLM (benchmarks/results/baselines.json)
     python benchmarks/general.py lodo [--datasets toollens metatool ...] [--overrides trainer.max_steps=300]
+    # a recipe variant beside the base rows (own setting; "Recipe variants" table; --label rerun: the base again)
+    python benchmarks/general.py lodo --test-as-train --label prefixes --overrides "model.query_prefix='query: '"
     # the all-datasets model (configs/general.yaml as it is): in-domain test rows on ToolLens and MetaTool
     python benchmarks/general.py all --run runs/general
     python benchmarks/general.py render [--page docs/general.md]

@@ -112,6 +112,14 @@ def zero_shot(encoder: Path, dataset: str, wise: float | None = None, split: str
     return report.metrics, len(report.query_ids)
 
 
+def model_key(query_ids: list[str], label: str | None, configs: list[str], overrides: list[str]) -> str:
+    """The run folder name of a leave-one-dataset-out model: its training queries and everything that
+    changes its recipe, so a finished folder is reused only for the same model (datasets with no leak
+    share one) and never for another variant's."""
+    recipe = [*sorted(query_ids), f"label={label}" if label else "", *configs, *overrides]
+    return hashlib.sha256("\n".join(recipe).encode()).hexdigest()[:12]
+
+
 def lodo(args: argparse.Namespace) -> None:
     from toolgraph.data.loading import load_dataset
 
@@ -130,8 +138,7 @@ def lodo(args: argparse.Namespace) -> None:
         dup_file.write_text(json.dumps(dups))
         kept = load_dataset("mixture", datasets=names, holdout=[held], near_duplicates=str(dup_file),
                             test_as_train=as_train)
-        key = hashlib.sha256("\n".join([*sorted(q.id for q in kept.queries), *([args.label] if args.label else [])])
-                             .encode()).hexdigest()[:12]
+        key = model_key([q.id for q in kept.queries], args.label, args.config, args.overrides)
         run = models.setdefault(key, runs / f"lodo-{key}")
         # the trained weights as they are (model.wise off): --wise interpolates them here, on val and test
         results = train_mixture(names, held, dup_file, run, args.config, ["model.wise=null", *args.overrides], as_train)

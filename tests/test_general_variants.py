@@ -67,3 +67,13 @@ def test_labelled_rows_stay_out_of_the_test_as_train_table(general, tmp_path, mo
     tat = text.split("general-test-as-train:start")[1].split("general-test-as-train:end")[0]
     assert "0.310" in tat and "0.990" not in tat and "mean of 1" in tat
     assert "| prefixes | toollens | 0.3000 → 0.9900 |" in text
+
+
+def test_a_model_folder_is_reused_only_for_the_same_queries_and_recipe(general):
+    key = general.model_key(["b", "a"], None, [], ["trainer.max_steps=100"])
+    assert key == general.model_key(["a", "b"], None, [], ["trainer.max_steps=100"])  # order-free
+    others = [general.model_key(["a", "b", "c"], None, [], ["trainer.max_steps=100"]),
+              general.model_key(["a", "b"], "prefixes", [], ["trainer.max_steps=100"]),
+              general.model_key(["a", "b"], None, [], ["trainer.max_steps=150"]),
+              general.model_key(["a", "b"], None, ["configs/cluster/1gpu.yaml"], ["trainer.max_steps=100"])]
+    assert key not in others and len(set(others)) == len(others)

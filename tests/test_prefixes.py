@@ -78,6 +78,7 @@ def test_an_encoder_trained_without_prefixes_declares_no_prompts(synthetic_datas
     ('{"prompts": ["query: "]}', "'prompts' must map prompt names to strings"),
     ('{"prompts": {"query": 3}}', "'prompts' must map prompt names to strings"),
     ("{not json", "not a readable sentence-transformers config"),
+    ('["query: "]', "a sentence-transformers config is a JSON object, got list"),
 ])
 def test_a_bad_prompts_file_fails_naming_it(tiny_bert_dir, tmp_path, content, needle):
     folder = tmp_path / "encoder"

@@ -171,9 +171,12 @@ def model_prompts(name: str) -> dict[str, str]:
     if not path.is_file():
         return {}
     try:
-        prompts = json.loads(path.read_text(encoding="utf-8")).get("prompts") or {}
-    except (OSError, UnicodeDecodeError, ValueError, AttributeError) as e:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
         raise DataError(f"not a readable sentence-transformers config ({type(e).__name__})", path) from None
+    if not isinstance(config, dict):
+        raise DataError(f"a sentence-transformers config is a JSON object, got {type(config).__name__}", path)
+    prompts = config.get("prompts") or {}
     if not isinstance(prompts, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in prompts.items()):
         raise DataError(f"'prompts' must map prompt names to strings, got {prompts!r:.200}", path)
     return prompts

@@ -43,7 +43,7 @@ from toolgraph.registry import RETRIEVERS, TASKS
 ToolText = Literal["default", "name_desc", "toolbench", "io"]
 MetricName = Literal["recall", "precision", "ndcg", "map", "pass", "mrr", "ndcg_toolbench"]
 StepMerge = Literal["max", "interleave", "rrf"]
-SETTING = re.compile(r"standard|transductive|(inductive|noise)-\d+")
+SETTING = re.compile(r"standard|transductive|(inductive|noise)-\d+|crossfit-\d+-\d+")
 
 
 # ---- value checks -------------------------------------------------------------------------------
@@ -237,8 +237,8 @@ class DataConfig:
 
     def __post_init__(self) -> None:
         if not SETTING.fullmatch(str(self.setting)):
-            raise ConfigError(f"data.setting: {self.setting!r} is not standard, transductive, inductive-<pct> "
-                              "or noise-<pct>")
+            raise ConfigError(f"data.setting: {self.setting!r} is not standard, transductive, inductive-<pct>, "
+                              "noise-<pct> or crossfit-<k>-<fold>")
 
 
 @dataclass

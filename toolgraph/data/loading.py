@@ -12,7 +12,7 @@ from typing import Any
 from toolgraph.config import DataConfig
 from toolgraph.data.formats import read_dataset
 from toolgraph.data.schema import ToolDataset
-from toolgraph.data.splits import inductive, inject_noise, transductive
+from toolgraph.data.splits import crossfit, inductive, inject_noise, transductive
 from toolgraph.errors import ConfigError, DataError
 from toolgraph.registry import DATASETS
 
@@ -55,9 +55,13 @@ def prepare_dataset(cfg: DataConfig) -> ToolDataset:
         return ds
     if setting == "transductive":
         return transductive(ds)
+    cf = re.fullmatch(r"crossfit-(\d+)-(\d+)", setting)
+    if cf:
+        return crossfit(ds, int(cf.group(1)), int(cf.group(2)), cfg.seed)
     m = re.fullmatch(r"(inductive|noise)-(\d+)", setting)
     if not m:
-        raise ConfigError(f"data.setting: {setting!r} is not standard, transductive, inductive-<pct> or noise-<pct>")
+        raise ConfigError(f"data.setting: {setting!r} is not standard, transductive, inductive-<pct>, noise-<pct> "
+                          "or crossfit-<k>-<fold>")
     ratio = int(m.group(2)) / 100
     if m.group(1) == "inductive":
         return inductive(ds, ratio, cfg.seed)[0]

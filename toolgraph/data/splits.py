@@ -1,5 +1,5 @@
 """Split protocols: seeded val carving, transductive filtering, LoSemB's inductive unseen-tool
-split, and label-noise injection. Every function returns a new ToolDataset and records what it
+split, label-noise injection and cross-fitting folds. Every function returns a new ToolDataset and records what it
 removed in ``skipped`` (nothing disappears without a count)."""
 
 from __future__ import annotations
@@ -104,6 +104,25 @@ def inject_noise(ds: ToolDataset, ratio: float, seed: int = 0) -> ToolDataset:
     out = _derive(ds, queries, Counter(), setting=f"noise-{round(ratio * 100)}")
     out.notes["noisy_labels"] = len(chosen)
     return out
+
+
+def crossfit_folds(ds: ToolDataset, k: int, seed: int = 0) -> dict[str, int]:
+    """Each training query's cross-fitting fold (0..k-1): k seeded, equal parts of the train split."""
+    if k < 2:
+        raise DataError(f"cross-fitting needs k >= 2 folds, got {k}")
+    part = seeded_assign([q.id for q in ds.split("train")], {str(i): 1 / k for i in range(k)}, seed)
+    return {qid: int(i) for qid, i in part.items()}
+
+
+def crossfit(ds: ToolDataset, k: int, fold: int, seed: int = 0) -> ToolDataset:
+    """Drop the training queries of cross-fitting fold ``fold`` (of ``k``): a model trained on the
+    rest scores that fold's queries as it scores unseen ones (a stacked reranker's training candidates)."""
+    if not 0 <= fold < k:
+        raise DataError(f"cross-fitting fold must be in [0, {k}), got {fold}")
+    folds = crossfit_folds(ds, k, seed)
+    keep = [q for q in ds.queries if folds.get(q.id, -1) != fold]
+    dropped = Counter({f"crossfit: train query of fold {fold}/{k}": len(ds.queries) - len(keep)})
+    return _derive(ds, keep, dropped, setting=f"crossfit-{k}-{fold}")
 
 
 def _derive(ds: ToolDataset, queries: list[Query], dropped: Counter, setting: str) -> ToolDataset:

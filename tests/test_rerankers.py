@@ -10,11 +10,15 @@ from conftest import tiny_train_overrides
 import toolgraph
 from toolgraph.config import EvalConfig, EvaluateConfig, load_config
 from toolgraph.data.formats import read_dataset
-from toolgraph.data.rerank import select_candidates
+from toolgraph.data.rerank import RerankCollator, select_candidates
+from toolgraph.data.schema import Query, Tool, ToolDataset
+from toolgraph.data.splits import crossfit_folds
 from toolgraph.errors import ConfigError
 from toolgraph.evaluation import evaluate
 from toolgraph.retrieval import build_retriever
+from toolgraph.retrieval.base import Retriever
 from toolgraph.retrieval.pipeline import FusionRetriever, PipelineRetriever
+from toolgraph.tasks.rerank import RerankConfig, RerankTask
 from toolgraph.training import TrainConfig, train
 
 
@@ -35,6 +39,81 @@ def test_candidates_inject_missing_gold_over_the_worst_negatives_then_shuffle():
     shuffled = [select_candidates(ranked, [2], 4, True, True, random.Random(s)) for s in range(5)]
     assert all(sorted(c) == [1, 2, 5, 7] for c in shuffled) and len({tuple(c) for c in shuffled}) > 1
     assert select_candidates(ranked, [2], 4, True, True, random.Random(3)) == shuffled[3]  # seeded
+
+
+class _Spy(Retriever):
+    """Scores tool j of query text "q<i>" as i + j; records what it was fitted on and asked."""
+
+    def fit(self, dataset):
+        self.fitted = {q.id for q in dataset.split("train")}
+
+    def score(self, queries):
+        self.asked = getattr(self, "asked", []) + list(queries)
+        return torch.tensor([[float(q[1:]) + j for j in range(len(self.tools))] for q in queries])
+
+
+def test_cross_fitted_training_candidates_come_from_the_stage_that_never_saw_the_query():
+    tools = [Tool(str(i), f"t{i}", "d") for i in range(6)]
+    queries = [Query(f"q{i}", f"q{i}", ("0",), "train") for i in range(30)] + [Query("x", "q99", ("1",), "test")]
+    ds = ToolDataset("d", tools, queries)
+    spies = [_Spy(), _Spy()]
+    task = type("T", (), {"model_cfg": RerankConfig(candidates=3, train_first_stages=spies)})()
+    dm = type("DM", (), {"train_queries": ds.split("train"), "tools": tools})()
+    ranked, scores = RerankTask._train_candidates(task, ds, dm, seed=0)
+    folds = crossfit_folds(ds, 2, seed=0)
+    for i, spy in enumerate(spies):
+        held_out = {q for q, f in folds.items() if f == i}
+        assert spy.fitted == set(folds) - held_out  # fitted without its fold
+        assert sorted(spy.asked) == sorted(held_out)  # and asked only its fold
+    assert ranked[7] == ["5", "4", "3"] and scores[7].tolist() == [12.0, 11.0, 10.0]
+
+
+def test_a_cross_fitted_run_trained_on_the_wrong_fold_is_refused(tmp_path):
+    runs = []
+    for i, (setting, seed) in enumerate([("crossfit-2-0", 0), ("standard", 0)]):
+        (tmp_path / f"r{i}" / "retriever").mkdir(parents=True)
+        (tmp_path / f"r{i}" / "config.yaml").write_text(f"data:\n  setting: {setting}\n  seed: {seed}\n")
+        runs.append(str(tmp_path / f"r{i}" / "retriever"))
+    tools = [Tool(str(i), f"t{i}", "d") for i in range(6)]
+    ds = ToolDataset("d", tools, [Query(f"q{i}", f"q{i}", ("0",), "train") for i in range(10)])
+    task = type("T", (), {"model_cfg": RerankConfig(candidates=3, train_first_stages=runs)})()
+    dm = type("DM", (), {"train_queries": ds.split("train"), "tools": tools})()
+    with pytest.raises(ConfigError, match=r"train_first_stages\[1\].*setting='standard'.*crossfit-2-1"):
+        RerankTask._train_candidates(task, ds, dm, seed=0)
+    with pytest.raises(ConfigError, match=r"train_first_stages\[0\].*seed 3"):
+        RerankTask._train_candidates(task, ds, dm, seed=3)
+
+
+def test_training_batch_carries_first_stage_scores_of_shuffled_and_injected_candidates(tiny_bert_dir):
+    from toolgraph.nn.encoder import load_backbone
+
+    _, tok = load_backbone(str(tiny_bert_dir))
+    ranked, scores = [[4, 2, 0]], [torch.tensor([3.0, 2.0, 1.0])]
+    collate = RerankCollator(tok, ["a query"], [[9]], 16, ranked, 3, inject=True, shuffle=True, scores=scores)
+    batch = collate([(0, 5)])
+    first = dict(zip(batch["cands"][0].tolist(), batch["first"][0].tolist(), strict=True))
+    assert first == {4: 3.0, 2: 2.0, 9: 1.0}  # gold 9 replaced tool 0 and gets the lowest score retrieved
+    assert "first" not in RerankCollator(tok, ["a query"], [[9]], 16, ranked, 3, True, True)([(0, 5)])
+
+
+def test_train_with_first_stage_needs_a_weight_and_two_folds(synthetic_dataset_dir, tiny_bert_dir, tmp_path):
+    base = rerank_overrides(synthetic_dataset_dir, tiny_bert_dir, tmp_path, "refiner", 2)
+    with pytest.raises(ConfigError, match="train_with_first_stage.*first_stage_weight"):
+        load_config(TrainConfig, [], [*base, "model.train_with_first_stage=true"])
+    with pytest.raises(ConfigError, match="train_first_stages.*k >= 2"):
+        load_config(TrainConfig, [], [*base, "model.train_first_stages=[bm25]"])
+
+
+def test_refiner_trains_on_cross_fitted_candidates_with_the_first_stage_prior(synthetic_dataset_dir, tiny_bert_dir,
+                                                                              tmp_path):
+    extra = ["model.vectors=description", f"model.vector_encoder={tiny_bert_dir}", "model.candidates=8",
+             "model.train_first_stages=[bm25,bm25]", "model.train_with_first_stage=true",
+             "model.first_stage_weight=0.5"]
+    cfg = load_config(TrainConfig, [], rerank_overrides(synthetic_dataset_dir, tiny_bert_dir, tmp_path, "refiner", 20,
+                                                        extra))
+    summary = train(cfg)
+    assert summary["test"]["test/recall@3"] == pytest.approx(summary["metrics"]["recall@3"], abs=1e-5)
+    assert toolgraph.load(tmp_path).config.first_stage_weight == 0.5
 
 
 def _deberta_dir(tmp_path_factory):

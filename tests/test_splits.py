@@ -3,7 +3,15 @@ from collections import Counter
 import pytest
 
 from toolgraph.data.schema import Query, Tool, ToolDataset
-from toolgraph.data.splits import carve_val, inductive, inject_noise, seeded_assign, transductive
+from toolgraph.data.splits import (
+    carve_val,
+    crossfit,
+    crossfit_folds,
+    inductive,
+    inject_noise,
+    seeded_assign,
+    transductive,
+)
 from toolgraph.errors import DataError
 
 
@@ -74,3 +82,23 @@ def test_noise_replaces_the_requested_share_of_train_labels():
     assert changed == out.notes["noisy_labels"] == 40  # 10 % of 400 train labels
     assert all(q.tools == before[q.id] for q in out.split("test"))
     assert all(len(set(q.tools)) == len(q.tools) for q in out.queries)
+
+
+def test_crossfit_drops_one_fold_of_train_and_the_folds_partition_it():
+    ds = _dataset()
+    folds = crossfit_folds(ds, 3, seed=0)
+    assert set(folds) == {q.id for q in ds.split("train")} and sorted(Counter(folds.values()).values()) == [66, 67, 67]
+    kept = set()
+    for i in range(3):
+        out = crossfit(ds, 3, i, seed=0)
+        train = {q.id for q in out.split("train")}
+        assert not any(folds[q] == i for q in train) and len(train) == 200 - list(folds.values()).count(i)
+        assert [q.id for q in out.split("test")] == [q.id for q in ds.split("test")]
+        assert sum(out.skipped.values()) == 200 - len(train) and out.notes["setting"] == f"crossfit-3-{i}"
+        kept |= set(folds) - train
+    assert kept == set(folds)  # every training query is held out by exactly one fold
+    assert crossfit_folds(ds, 3, seed=1) != folds
+    with pytest.raises(DataError, match="fold must be in"):
+        crossfit(ds, 3, 3)
+    with pytest.raises(DataError, match="k >= 2"):
+        crossfit_folds(ds, 1)

@@ -40,9 +40,11 @@ class RerankCollator(LabelCollator):
     """Adds ``texts``, ``cands`` [B, N] (tool indices, -1 padded) and ``target`` [B, N] multi-hot."""
 
     def __init__(self, tokenizer, query_texts: list[str], gold: list[list[int]], max_query_length: int,
-                 ranked: list[list[int]], n: int, inject: bool, shuffle: bool, tokenize: bool = True):
+                 ranked: list[list[int]], n: int, inject: bool, shuffle: bool, tokenize: bool = True,
+                 scores: list[torch.Tensor] | None = None):
         super().__init__(tokenizer, query_texts, gold, max_query_length, tokenize)
         self.ranked, self.n, self.inject, self.shuffle = ranked, n, inject, shuffle
+        self.scores = scores  # the first stage's scores of ranked: adds ``first`` [B, N]
 
     def __call__(self, items: list[tuple[int, int]]) -> dict[str, Any]:
         out = super().__call__(items)
@@ -56,7 +58,16 @@ class RerankCollator(LabelCollator):
         out["cands"] = idx  # [B, N]
         out["target"] = ((idx.unsqueeze(2) == gold.unsqueeze(1)).any(2) & (idx >= 0)).float()  # [B, N]
         out["texts"] = [self.query_texts[q] for q, _ in items]
+        if self.scores is not None:
+            out["first"] = torch.stack([self._first(q, idx[i]) for i, (q, _) in enumerate(items)])
         return out
+
+    def _first(self, q: int, cands: torch.Tensor) -> torch.Tensor:
+        """First-stage scores of one query's candidates; an injected gold tool (ranked below the
+        top N) gets the lowest score retrieved, padding 0."""
+        score = dict(zip(self.ranked[q], self.scores[q].tolist(), strict=False))
+        low = min(score.values(), default=0.0)
+        return torch.tensor([score.get(c, low) if c >= 0 else 0.0 for c in cands.tolist()])
 
 
 class RerankDataModule(LabelDataModule):
@@ -67,6 +78,7 @@ class RerankDataModule(LabelDataModule):
     train_ranked: list[list[int]]
     eval_ranked: dict[str, list[int]]
     eval_scores: dict[str, torch.Tensor]  # the first stage's scores of eval_ranked
+    train_scores: list[torch.Tensor] | None = None  # those of train_ranked, when training adds them
     candidates: int = 32
     inject_gold: bool = True
     shuffle: bool = True
@@ -74,4 +86,4 @@ class RerankDataModule(LabelDataModule):
     def train_collator(self) -> Any:
         return RerankCollator(self.tok, [q.text for q in self.train_queries], self.train_gold,
                               self.cfg.max_query_length, self.train_ranked, self.candidates, self.inject_gold,
-                              self.shuffle, self.tokenize_train)
+                              self.shuffle, self.tokenize_train, self.train_scores)

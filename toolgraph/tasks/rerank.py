@@ -10,15 +10,18 @@ follows the protocol in ``data/rerank.py``; val/test rerank the first stage's to
 from __future__ import annotations
 
 from abc import abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 import torch
+from omegaconf import OmegaConf
 
 from toolgraph.config import TaskConfig, TextDataConfig, ToolText, bounded
 from toolgraph.data import prepare_dataset
 from toolgraph.data.rerank import RerankDataModule
 from toolgraph.data.schema import Tool, ToolDataset
+from toolgraph.data.splits import crossfit, crossfit_folds
 from toolgraph.errors import ConfigError
 from toolgraph.nn.losses import multilabel_loss
 from toolgraph.retrieval.base import Retriever
@@ -41,6 +44,17 @@ class RerankConfig(TaskConfig):
     head_lr: float | None = bounded(1.0e-3, gt=0)  # layers on top of the encoder (null: optim.lr)
     dropout: float = bounded(0.1, ge=0, lt=1)
     cache_dir: str | None = ".cache/embeddings"  # first-stage embedding cache
+    # Cross-fitted training candidates: k saved retrievers, the i-th trained with data.setting
+    # crossfit-<k>-<i> (same data.seed), so each training query's candidates come from a first stage
+    # that never saw it, as at test time. Empty: first_stage gives the training candidates too.
+    train_first_stages: list[Any] = field(default_factory=list)
+    train_with_first_stage: bool = False  # training logits + first_stage_weight * first-stage score (learn the residual)
+
+    def validate(self):
+        if self.train_with_first_stage and not self.first_stage_weight:
+            yield "train_with_first_stage", "needs first_stage_weight > 0 (the weight trained with is the one scored with)"
+        if len(self.train_first_stages) == 1:
+            yield "train_first_stages", "needs k >= 2 cross-fitted first stages (or none)"
 
 
 def first_stage_spec(m: RerankConfig) -> Any:
@@ -50,6 +64,23 @@ def first_stage_spec(m: RerankConfig) -> Any:
     if m.first_stage == "bm25":
         return {"name": "bm25", "tool_text": m.tool_text}
     return m.first_stage
+
+
+def _check_crossfit_run(spec: Any, where: str, k: int, fold: int, seed: int) -> None:
+    """A cross-fitted stage given as a run folder (or its ``retriever/``) must have been trained with
+    data.setting crossfit-<k>-<fold> and this data.seed: otherwise its candidates leak the query."""
+    if not isinstance(spec, str):
+        return
+    path = Path(spec)
+    run = next((p for p in (path, path.parent) if (p / "config.yaml").is_file()), None)
+    if run is None:
+        return
+    data = OmegaConf.load(run / "config.yaml").get("data", {})
+    want = f"crossfit-{k}-{fold}"
+    if data.get("setting") != want or int(data.get("seed", 0)) != seed:
+        raise ConfigError(f"{where}: {run} was trained with data.setting={data.get('setting')!r}, "
+                          f"data.seed={data.get('seed', 0)}; fold {fold} of {k} needs setting {want!r} and seed {seed} "
+                          "(else its training queries' candidates come from a model that saw them)")
 
 
 class RerankTask(RetrievalTask):
@@ -90,9 +121,9 @@ class RerankTask(RetrievalTask):
         self.first_stage.fit(ds)
         self.first_stage.index(dm.tools)
         pos = dm.tool_index
-        train = self.first_stage.retrieve([q.text for q in dm.train_queries], m.candidates,
-                                          progress="first-stage candidates (train)")
-        dm.train_ranked = [[pos[t] for t in ids] for ids in train.ids]
+        ranked, scores = self._train_candidates(ds, dm, data_cfg.seed)
+        dm.train_ranked = [[pos[t] for t in ids] for ids in ranked]
+        dm.train_scores = scores if m.train_with_first_stage else None
         depth = max(self.n_eval, max(self.cfg.eval.ks))
         texts = sorted({q.text for s in (data_cfg.val_split, data_cfg.test_split) for q in ds.split(s)})
         ranked = self.first_stage.retrieve(texts, depth, progress="first-stage candidates (val, test)")
@@ -101,10 +132,36 @@ class RerankTask(RetrievalTask):
         self.prepare_tools(ds, dm)
         return dm
 
+    def _train_candidates(self, ds: ToolDataset, dm: RerankDataModule, seed: int) -> tuple[list, list]:
+        """Each training query's top ``candidates`` tool ids and their first-stage scores: from
+        ``first_stage``, or from the cross-fitted first stage that did not train on the query."""
+        m, queries = self.model_cfg, dm.train_queries
+        if not m.train_first_stages:
+            r = self.first_stage.retrieve([q.text for q in queries], m.candidates, progress="first-stage candidates (train)")
+            return r.ids, list(r.scores.float())
+        k = len(m.train_first_stages)
+        folds = crossfit_folds(ds, k, seed)
+        ranked: list = [None] * len(queries)
+        scores: list = [None] * len(queries)
+        for i, spec in enumerate(m.train_first_stages):  # all checked before any is loaded
+            _check_crossfit_run(spec, f"model.train_first_stages[{i}]", k, i, seed)
+        for i, spec in enumerate(m.train_first_stages):
+            stage = resolve_retriever(spec, f"model.train_first_stages[{i}]")
+            stage.fit(crossfit(ds, k, i, seed))
+            stage.index(dm.tools)
+            rows = [j for j, q in enumerate(queries) if folds.get(q.id) == i]
+            r = stage.retrieve([queries[j].text for j in rows], m.candidates,
+                               progress=f"cross-fitted candidates (train, fold {i}/{k})")
+            for j, ids, sc in zip(rows, r.ids, r.scores.float(), strict=True):
+                ranked[j], scores[j] = ids, sc
+        return ranked, scores
+
     # ---- training and scoring -----------------------------------------------------------------
     def compute_loss(self, batch: dict[str, Any]) -> torch.Tensor:
         cands = batch["cands"]
         logits = self.rerank_logits(batch, cands)  # [B, N]
+        if self.model_cfg.train_with_first_stage:
+            logits = logits + self.model_cfg.first_stage_weight * batch["first"].to(logits.dtype)
         return multilabel_loss(logits, batch["target"], self.model_cfg.loss, valid=cands >= 0)
 
     def score(self, batch: dict[str, Any]) -> torch.Tensor:

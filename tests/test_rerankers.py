@@ -82,6 +82,10 @@ def test_a_cross_fitted_run_trained_on_the_wrong_fold_is_refused(tmp_path):
         RerankTask._train_candidates(task, ds, dm, seed=0)
     with pytest.raises(ConfigError, match=r"train_first_stages\[0\].*seed 3"):
         RerankTask._train_candidates(task, ds, dm, seed=3)
+    for text, message in [("data: 3\n", "no data: mapping"), ("data:\n  setting: [open\n", "line 2")]:
+        (tmp_path / "r0" / "config.yaml").write_text(text)
+        with pytest.raises(ConfigError, match=rf"(?s)train_first_stages\[0\].*r0/config.yaml.*{message}"):
+            RerankTask._train_candidates(task, ds, dm, seed=0)
 
 
 def test_training_batch_carries_first_stage_scores_of_shuffled_and_injected_candidates(tiny_bert_dir):

@@ -75,9 +75,14 @@ def _check_crossfit_run(spec: Any, where: str, k: int, fold: int, seed: int) -> 
     run = next((p for p in (path, path.parent) if (p / "config.yaml").is_file()), None)
     if run is None:
         return
-    data = OmegaConf.load(run / "config.yaml").get("data", {})
+    try:
+        data = OmegaConf.to_container(OmegaConf.load(run / "config.yaml")).get("data")
+    except Exception as e:  # yaml's message names the line
+        raise ConfigError(f"{where}: {run / 'config.yaml'} does not read as a run config: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: {run / 'config.yaml'} has no data: mapping, so its fold cannot be checked")
     want = f"crossfit-{k}-{fold}"
-    if data.get("setting") != want or int(data.get("seed", 0)) != seed:
+    if data.get("setting") != want or data.get("seed", 0) != seed:
         raise ConfigError(f"{where}: {run} was trained with data.setting={data.get('setting')!r}, "
                           f"data.seed={data.get('seed', 0)}; fold {fold} of {k} needs setting {want!r} and seed {seed} "
                           "(else its training queries' candidates come from a model that saw them)")
@@ -149,7 +154,7 @@ class RerankTask(RetrievalTask):
             stage = resolve_retriever(spec, f"model.train_first_stages[{i}]")
             stage.fit(crossfit(ds, k, i, seed))
             stage.index(dm.tools)
-            rows = [j for j, q in enumerate(queries) if folds.get(q.id) == i]
+            rows = [j for j, q in enumerate(queries) if folds[q.id] == i]
             r = stage.retrieve([queries[j].text for j in rows], m.candidates,
                                progress=f"cross-fitted candidates (train, fold {i}/{k})")
             for j, ids, sc in zip(rows, r.ids, r.scores.float(), strict=True):

@@ -102,6 +102,7 @@ RULES: list[tuple[str, str, tuple[str, ...]]] = [
         (
             "test_docs_commands.py::test_report_prints_the_table_of_evaluation_folders",
             "test_report.py::test_the_page_loads_in_headless_chromium_without_errors",
+            "test_report.py::test_ci_gives_intervals_and_the_paired_difference",
         ),
     ),
     (r"^(python (train|evaluate)\.py|toolgraph (train|evaluate)) ", "resolve", ()),

@@ -24,7 +24,7 @@ def test_evaluate_writes_results_rankings_curves(tiny_dataset_dir, tmp_path, cap
     printed = capsys.readouterr().out
     assert "recall@1" in printed and "bm25 on" in printed
     res = json.loads((out / "results.json").read_text())
-    assert set(res) >= {"metrics", "config", "dataset", "timings"}
+    assert set(res) >= {"metrics", "intervals", "config", "dataset", "timings"}
     assert res["dataset"]["queries"]["test"] == 3 and res["config"]["retriever"]["name"] == "bm25"
     assert 0 <= res["metrics"]["recall@3"] <= 1 and "agent_metrics" in res
     rows = [json.loads(line) for line in (out / "rankings.jsonl").read_text().splitlines()]
@@ -39,6 +39,17 @@ def test_metrics_in_results_match_rankings(tiny_dataset_dir):
     report = evaluate(build_retriever(cfg.retriever), prepare_dataset(cfg.data), "test", cfg.eval)
     hits = [ids[0] in gold for ids, gold in zip(report.ranking.ids, report.golds)]
     assert report.metrics["recall@1"] == pytest.approx(sum(hits) / len(hits))
+
+
+def test_results_carry_bootstrap_intervals(tiny_dataset_dir):
+    cfg = load_config(EvaluateConfig, overrides=[f"data.name={tiny_dataset_dir}", "retriever.name=bm25",
+                                                 "eval.ks=[1,3]", "eval.depth=5"])
+    report = evaluate(build_retriever(cfg.retriever), prepare_dataset(cfg.data), "test", cfg.eval)
+    assert set(report.intervals) == set(report.metrics)
+    for name, (lo, hi) in report.intervals.items():
+        assert lo <= report.metrics[name] + 1e-6 and report.metrics[name] <= hi + 1e-6, name
+    cfg.eval.bootstrap = 0
+    assert evaluate(build_retriever(cfg.retriever), prepare_dataset(cfg.data), "test", cfg.eval).intervals == {}
 
 
 def test_cli_errors_are_clear(tiny_dataset_dir, capsys):

@@ -151,3 +151,39 @@ def test_unknown_metric_and_bad_k():
         M.compute([["a"]], [["a"]], [1], ["nope"])
     with pytest.raises(ValueError, match="K must be"):
         M.compute([["a"]], [["a"]], [0])
+
+
+def test_bootstrap_interval_brackets_the_mean_and_matches_the_standard_error():
+    from toolgraph.metrics import intervals
+
+    g = torch.Generator().manual_seed(1)
+    for q in (250, 4000):
+        v = (torch.rand(q, generator=g) < 0.9).float()
+        lo, hi = intervals({"recall@5": v}, samples=2000)["recall@5"]
+        assert lo < float(v.mean()) < hi
+        se = float(v.std()) / q ** 0.5  # a 95 % interval of a mean spans about 2 * 1.96 standard errors
+        assert (hi - lo) == pytest.approx(2 * 1.96 * se, rel=0.15)
+    assert intervals({"r": v}, samples=300, seed=4) == intervals({"r": v}, samples=300, seed=4)  # seeded
+    assert intervals({"r": v}, samples=300, seed=4) != intervals({"r": v}, samples=300, seed=5)
+    assert intervals({"r": torch.ones(50)}, samples=100) == {"r": (1.0, 1.0)}
+
+
+def test_paired_difference_sees_a_shift_and_not_noise():
+    from toolgraph.metrics import paired_difference
+
+    a = (torch.arange(400) % 3 == 0).float()
+    same = paired_difference(a, a.clone(), samples=500)
+    assert same == {"difference": 0.0, "low": 0.0, "high": 0.0, "p": 1.0}
+    better = a.clone()
+    better[1:100:3] = 1.0  # 33 queries gained, none lost
+    d = paired_difference(a, better, samples=2000)
+    assert d["difference"] == pytest.approx(33 / 400) and 0 < d["low"] < d["difference"] < d["high"] and d["p"] < 0.001
+    swap = a.clone()
+    swap[0:60:3] = 0.0  # 20 queries lost ...
+    swap[1:61:3] = 1.0  # ... and 20 gained: a tie overall
+    noisy = paired_difference(a, swap, samples=2000)
+    assert noisy["difference"] == 0.0 and noisy["low"] < 0 < noisy["high"] and noisy["p"] > 0.5
+    with pytest.raises(ValueError, match="shape"):
+        paired_difference(a, a[:10])
+    with pytest.raises(ValueError, match="at least one query"):
+        paired_difference(a[:0], a[:0])

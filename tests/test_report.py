@@ -10,7 +10,7 @@ import pytest
 
 from toolgraph.cli import main
 from toolgraph.errors import DataError
-from toolgraph.report import load_run, missed_and_above, render_html
+from toolgraph.report import load_run, missed_and_above, render_html, significance
 
 # three queries of a tiny dataset (no data folder: ids stand for texts); gold and each run's ranking
 GOLD = {"q1": ["a", "b"], "q2": ["c"], "q3": ["d"]}
@@ -71,6 +71,24 @@ def test_a_folder_without_rankings_is_named(tmp_path):
         f.write("0,3,nan?,\n")
     with pytest.raises(DataError, match=r"line 4: train/loss or step is not a number"):
         load_run(tmp_path / "badlog")
+
+
+def test_ci_gives_intervals_and_the_paired_difference(two_runs, tmp_path, capsys):
+    assert main(["report", *map(str, two_runs), "--ci", "--samples", "500"]) == 0
+    out = capsys.readouterr().out
+    assert "recall@5 with 95 % bootstrap intervals over queries (500 resamples); paired difference from A" in out
+    # R@5 per query: A .5 1 1 (0.8333), B 1 0 1 (0.6667): B - A = -0.1667 over the 3 common queries
+    assert re.search(r"\nA +0\.8333  \[0\.\d{4}, 1\.0000\] +3\n", out), out
+    assert re.search(r"\nB +0\.6667  \[0\.\d{4}, 1\.0000\] +-0\.1667  \[-\d\.\d{4}, \+\d\.\d{4}\] +\d\.\d{3}  3\n", out), out
+    rows = significance([load_run(f) for f in two_runs], "mrr", samples=200)
+    assert rows[0]["mrr"] == pytest.approx((1 + 1 + 1 / 3) / 3) and "paired" in rows[1]
+    with pytest.raises(DataError, match=r"--metric 'recall': expected one of .* with @K"):
+        significance([load_run(two_runs[0])], "recall")
+    other = make_run(tmp_path / "C", "A", {})
+    rows = re.sub(r'"query": "q', '"query": "other-q', (other / "rankings.jsonl").read_text())
+    (other / "rankings.jsonl").write_text(rows)
+    with pytest.raises(DataError, match=r"C/rankings.jsonl.*no query in common with .*A/rankings.jsonl"):
+        significance([load_run(two_runs[0]), load_run(other)])
 
 
 def chromium() -> str | None:

@@ -320,6 +320,12 @@ def cmd_report(args: argparse.Namespace) -> int:
         kind = (config.get("retriever") or config.get("model") or {}).get("name", "?")
         rows[f"{kind} ({Path(folder).name})"] = res.get("metrics", {})
     print(format_table(rows, ks))
+    if args.ci:
+        from toolgraph.report import format_significance, load_run, significance
+
+        runs = [load_run(f) for f in args.dirs]
+        print()
+        print(format_significance(significance(runs, args.metric, args.samples), args.metric, args.samples))
     if args.html:
         from toolgraph.report import write_html
 
@@ -413,6 +419,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("dirs", nargs="+")
     r.add_argument("--html", default=None, help="also write one self-contained HTML page comparing the runs")
     r.add_argument("-k", type=int, default=5, help="K of the per-query wins/losses and misses (--html)")
+    r.add_argument("--ci", action="store_true",
+                   help="95 %% bootstrap interval of --metric for each run, and each run's paired difference from "
+                        "the first (interval, p-value), from the runs' rankings.jsonl")
+    r.add_argument("--metric", default="recall@5", help="the metric of --ci (recall@5, ndcg@10, pass@3, mrr, ...)")
+    r.add_argument("--samples", type=int, default=10000, help="bootstrap resamples of --ci")
     r.set_defaults(fn=cmd_report)
     return p
 

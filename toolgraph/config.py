@@ -268,6 +268,9 @@ class EvalConfig:
     query_mode: Literal["direct", "step-wise"] = "direct"  # step-wise: each step retrieved, then merged
     steps: Literal["annotated", "sentences", "auto"] = "auto"  # auto: annotated (Query.steps), else sentences
     step_merge: StepMerge = "max"  # retrieval/steps.py
+    # resamples of the queries for a 95 % percentile-bootstrap interval of every metric (results.json
+    # "intervals"; toolgraph.metrics.intervals); 0: none
+    bootstrap: int = bounded(1000, ge=0)
 
     def validate(self) -> Iterator[tuple[str, str]]:
         if self.ks and self.depth < max(self.ks):

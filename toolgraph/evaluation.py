@@ -39,6 +39,7 @@ class Report:
     timings: dict[str, float]
     curves: dict[str, list[float]] = field(default_factory=dict)
     notes: dict[str, Any] = field(default_factory=dict)
+    intervals: dict[str, list[float]] = field(default_factory=dict)  # metric -> [low, high] (95 %, bootstrap)
 
 
 def query_steps(queries: list[Query], mode: str) -> tuple[list[list[str]], dict[str, int]]:
@@ -91,6 +92,8 @@ def evaluate(retriever: Retriever, ds: ToolDataset, split: str, cfg: EvalConfig)
     hits, n_rel = M.hit_matrix(ranking.ids, golds, depth)
     values = M.per_query(hits, n_rel, cfg.ks, cfg.metrics)
     metrics = {k: float(v.mean()) for k, v in values.items()}
+    intervals = {k: [round(lo, 6), round(hi, 6)] for k, (lo, hi) in
+                 (M.intervals(values, cfg.bootstrap) if cfg.bootstrap else {}).items()}
     curve_ks = list(range(1, depth + 1))
     curve = M.per_query(hits, n_rel, curve_ks, ["recall", "pass"])
     curves = {"k": curve_ks, "recall": [float(curve[f"recall@{k}"].mean()) for k in curve_ks],
@@ -106,7 +109,7 @@ def evaluate(retriever: Retriever, ds: ToolDataset, split: str, cfg: EvalConfig)
             agent_rank = [M.roll_up(r, owner) for r in ranking.ids]
         agent_gold = [sorted({owner[t] for t in g if t in owner}) for g in golds]
         agent_metrics = M.compute(agent_rank, agent_gold, cfg.ks, cfg.metrics)
-    return Report(metrics, agent_metrics, ranking, golds, [q.id for q in queries], timings, curves, notes)
+    return Report(metrics, agent_metrics, ranking, golds, [q.id for q in queries], timings, curves, notes, intervals)
 
 
 def format_table(rows: dict[str, dict[str, float]], ks: list[int]) -> str:
@@ -136,7 +139,8 @@ def write_report(report: Report, out: str | Path, config: Any, ds: ToolDataset,
         f.flush()
         os.fsync(f.fileno())
     plot_curves(report.curves, out / "curves.png", title=f"{ds.name}")
-    results = {"metrics": report.metrics, "agent_metrics": report.agent_metrics, "config": to_dict(config),
+    results = {"metrics": report.metrics, "intervals": report.intervals, "agent_metrics": report.agent_metrics,
+               "config": to_dict(config),
                "dataset": ds.stats(), "timings": report.timings, "curves": report.curves, "notes": report.notes}
     write_results(out, {**results, **(extra() if extra is not None else {})})
     return out

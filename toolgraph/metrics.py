@@ -16,6 +16,11 @@ Everything is computed from a boolean hit matrix ``hits[Q, D]`` (D = retrieved d
 which torchmetrics' built-in retrieval metrics (relevance known only for the scored documents)
 cannot express for a top-k list. :class:`RetrievalMetrics` is a torchmetrics ``Metric`` whose
 states are sums, so it reduces correctly across DDP ranks.
+
+Uncertainty: a metric is a mean over queries, so its sampling error is estimated by resampling the
+queries with replacement (the percentile bootstrap): :func:`intervals` gives each metric's 95 %
+interval, :func:`paired_difference` compares two systems on the *same* queries (resampling the
+per-query differences, which is far tighter than comparing two separate intervals).
 """
 
 from __future__ import annotations
@@ -104,6 +109,49 @@ def compute(rankings: Sequence[Sequence[str]], golds: Sequence[Iterable[str]], k
     """Mean over queries of every ``metric@K``."""
     hits, n_rel = hit_matrix(rankings, golds)
     return {name: float(v.mean()) if v.numel() else 0.0 for name, v in per_query(hits, n_rel, ks, metrics).items()}
+
+
+def bootstrap_means(values: torch.Tensor, samples: int, seed: int = 0) -> torch.Tensor:
+    """values [M, Q] (M per-query series over the same Q queries) -> [M, samples] means, each column one
+    resample of the queries with replacement (the same resamples for every row). Drawn in chunks so
+    that memory stays near 2**22 numbers whatever Q is; the same seed gives the same result."""
+    m, q = values.shape
+    if q == 0 or samples < 1:
+        raise ValueError(f"bootstrap needs at least one query and one resample (got {q} queries, {samples} samples)")
+    g = torch.Generator().manual_seed(seed)
+    chunk = max(1, (1 << 22) // max(1, m * q))
+    values = values.double()
+    out = []
+    for start in range(0, samples, chunk):
+        idx = torch.randint(0, q, (min(chunk, samples - start), q), generator=g)  # [S', Q]
+        out.append(values[:, idx].mean(2))  # [M, S']
+    return torch.cat(out, 1)
+
+
+def intervals(values: dict[str, torch.Tensor], samples: int = 1000, level: float = 0.95,
+              seed: int = 0) -> dict[str, tuple[float, float]]:
+    """Percentile-bootstrap interval of the mean of each per-query series (``per_query``'s output)."""
+    if not values:
+        return {}
+    names = list(values)
+    means = bootstrap_means(torch.stack([values[n].reshape(-1) for n in names]), samples, seed)
+    lo = means.quantile((1 - level) / 2, dim=1)
+    hi = means.quantile(1 - (1 - level) / 2, dim=1)
+    return {n: (float(lo[i]), float(hi[i])) for i, n in enumerate(names)}
+
+
+def paired_difference(a: torch.Tensor, b: torch.Tensor, samples: int = 10000, level: float = 0.95,
+                      seed: int = 0) -> dict[str, float]:
+    """Per-query values of two systems on the same queries -> mean(b - a), its percentile-bootstrap
+    interval (``low``, ``high``) and a two-sided p-value: twice the smaller share of resampled
+    differences on either side of zero (capped at 1; identical systems give 1)."""
+    if a.shape != b.shape:
+        raise ValueError(f"paired values differ in shape: {tuple(a.shape)} vs {tuple(b.shape)}")
+    d = (b.double() - a.double()).reshape(1, -1)
+    means = bootstrap_means(d, samples, seed)[0]
+    below, above = float((means <= 0).double().mean()), float((means >= 0).double().mean())
+    return {"difference": float(d.mean()), "low": float(means.quantile((1 - level) / 2)),
+            "high": float(means.quantile(1 - (1 - level) / 2)), "p": min(1.0, 2 * min(below, above))}
 
 
 def roll_up(ranking: Sequence[str], owner: dict[str, str]) -> list[str]:

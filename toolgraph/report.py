@@ -21,12 +21,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from toolgraph.errors import DataError
 from toolgraph.evaluation import read_results
 from toolgraph.files import write_text_atomic
-from toolgraph.metrics import hit_matrix, per_query
+from toolgraph.metrics import METRICS, hit_matrix, intervals, paired_difference, per_query
 
-__all__ = ["Run", "load_run", "render_html", "write_html"]
+__all__ = ["Run", "format_significance", "load_run", "render_html", "significance", "write_html"]
 
 COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
 TABLE_METRICS = ["recall", "ndcg", "pass"]
@@ -299,6 +301,58 @@ document.querySelectorAll('table.sortable').forEach(function (table) {
 });
 document.body.dataset.ready = '1';
 """
+
+
+def _metric_values(run: Run, metric: str) -> dict[str, float]:
+    """Query id -> the per-query value of ``metric`` (``recall@5``, ``mrr``, ...) from the run's rankings."""
+    name, _, k = metric.partition("@")
+    if name not in METRICS or (name == "mrr") != (not k) or (k and not k.isdigit()):
+        raise DataError(f"--metric {metric!r}: expected one of {', '.join(m for m in METRICS if m != 'mrr')} with @K "
+                        "(recall@5), or mrr")
+    hits, n_rel = hit_matrix(run.tops, run.golds)
+    values = per_query(hits, n_rel, [int(k)] if k else [1], [name])[metric]
+    return dict(zip(run.queries, values.tolist(), strict=True))
+
+
+def significance(runs: list[Run], metric: str = "recall@5", samples: int = 10000) -> list[dict[str, Any]]:
+    """Each run's ``metric`` with its 95 % bootstrap interval over its queries, and for every run after
+    the first the paired difference from the first over the queries both ranked (interval, p-value:
+    ``toolgraph.metrics.paired_difference``). Runs that share no query with the first are an error."""
+    values = [_metric_values(r, metric) for r in runs]
+    rows = []
+    for i, (run, v) in enumerate(zip(runs, values, strict=True)):
+        series = torch.tensor(list(v.values()), dtype=torch.float64)
+        lo, hi = intervals({metric: series}, samples)[metric]
+        row: dict[str, Any] = {"run": run.name, metric: float(series.mean()), "low": lo, "high": hi,
+                               "queries": len(v)}
+        if i:
+            common = [q for q in values[0] if q in v]
+            if not common:
+                raise DataError(f"no query in common with {runs[0].folder}/rankings.jsonl: runs on different "
+                                "splits or datasets cannot be compared", run.folder / "rankings.jsonl")
+            a = torch.tensor([values[0][q] for q in common], dtype=torch.float64)
+            b = torch.tensor([v[q] for q in common], dtype=torch.float64)
+            row["paired"] = {**paired_difference(a, b, samples), "queries": len(common)}
+        rows.append(row)
+    return rows
+
+
+def format_significance(rows: list[dict[str, Any]], metric: str, samples: int) -> str:
+    head = (f"{metric} with 95 % bootstrap intervals over queries ({samples} resamples); "
+            f"paired difference from {rows[0]['run']} on the queries both ranked:")
+    width = max(len(r["run"]) for r in rows) + 2
+    lines = [head, f"{'run'.ljust(width)}{metric:>10}  {'interval':<18}  {'difference':>10}  {'interval':<20}"
+                   f"  {'p':>6}  queries"]
+    for r in rows:
+        line = f"{r['run'].ljust(width)}{r[metric]:>10.4f}  [{r['low']:.4f}, {r['high']:.4f}]"
+        p = r.get("paired")
+        if p:
+            line += (f"  {p['difference']:>+10.4f}  [{p['low']:+.4f}, {p['high']:+.4f}]  {p['p']:>6.3f}"
+                     f"  {p['queries']}")
+        else:
+            line += f"  {'':>10}  {'':<20}  {'':>6}  {r['queries']}"
+        lines.append(line.rstrip())
+    return "\n".join(lines)
 
 
 def render_html(runs: list[Run], k: int = 5) -> str:

@@ -130,6 +130,30 @@ def test_dense_save_load_needs_no_reencoding_of_tools(tiny_bert_dir, tiny_datase
     assert loaded.retrieve(["hotel"], 2).ids == r.retrieve(["hotel"], 2).ids
 
 
+@pytest.mark.parametrize("name", ["dense", "tool2vec"])
+def test_a_model_folder_from_outside_travels_with_the_saved_retriever(name, tiny_bert_dir, tiny_dataset_dir,
+                                                                      tmp_path, monkeypatch):
+    import json
+    import shutil
+
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(tiny_bert_dir, tmp_path / "runs" / "bi" / "encoder")
+    from toolgraph.retrieval.tool2vec import Tool2VecConfig
+
+    config = {"dense": DenseConfig, "tool2vec": Tool2VecConfig}[name]
+    r = build_retriever(config(model="runs/bi/encoder", cache_dir=None, progress=False))
+    ds = read_dataset(tiny_dataset_dir)
+    r.fit(ds)
+    r.index(ds.tools)
+    r.save(tmp_path / "saved")
+    assert r.config.model == "runs/bi/encoder"  # the live retriever is unchanged
+    assert json.loads((tmp_path / "saved" / "retriever.json").read_text())["config"]["model"] == "encoder"
+    shutil.rmtree(tmp_path / "runs")  # the run folder moved away: the saved one still re-indexes
+    loaded = Retriever.load(tmp_path / "saved")
+    loaded.index([*ds.tools, Tool("t9", "play_music", "play a song")])  # encodes every tool again
+    assert torch.allclose(loaded.score(["hotel"])[:, :-1], r.score(["hotel"]), atol=1e-5)
+
+
 def test_dense_add_tools_encodes_only_new(tiny_bert_dir, tiny_dataset_dir, tmp_path):
     r = _dense(tiny_bert_dir, tmp_path)
     r.index(read_dataset(tiny_dataset_dir).tools)

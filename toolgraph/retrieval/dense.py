@@ -11,7 +11,7 @@ from __future__ import annotations
 import shutil
 import threading
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -45,6 +45,9 @@ def embedding_cache_off():
         _UNCACHED.on = before
 
 
+SAVED_ENCODER = "encoder"  # where a saved retriever keeps a model folder copied from outside
+
+
 @dataclass
 class DenseConfig(RetrieverConfig):
     name: str = "dense"
@@ -73,6 +76,7 @@ class DenseRetriever(Retriever):
         self._prompts: dict[str, str] | None = {} if encoder is not None else None  # an in-memory encoder has no folder
         self._cache: EmbeddingCache | None = None
         self._base_dir: Path | None = None  # a saved folder: relative model paths resolve against it
+        self._model_source: Path | None = None  # while saving: a model folder from outside to copy in
         self.tool_vectors = torch.zeros(0, 0)
         self._faiss = None
 
@@ -172,11 +176,39 @@ class DenseRetriever(Retriever):
         save_file({"tool_vectors": self.tool_vectors.contiguous()}, str(folder / "tool_vectors.safetensors"))
         self._save_encoder(folder)
 
+    def save(self, folder: str | Path) -> Path:
+        """As ``Retriever.save``; a model given as a path to a folder outside the retriever (another
+        run's encoder, ``runs/bi_encoder/retriever/encoder``) is copied in as ``encoder/`` and the saved
+        config names that, so the folder loads and re-indexes from anywhere, the run folder moved or gone."""
+        source = self._outside_model()
+        if source is None:
+            return super().save(folder)
+        spec, self._model_source = self.config, source
+        self._prompts = self._prompts if self._prompts is not None else model_prompts(str(source))
+        self.config = replace(spec, model=SAVED_ENCODER)
+        try:
+            return super().save(folder)
+        finally:
+            self.config, self._model_source = spec, None
+
+    def _outside_model(self) -> Path | None:
+        """The folder ``config.model`` names when it is a path (not a bare name) outside any saved folder."""
+        model = self.config.model
+        if ("/" not in model and "\\" not in model) or (self._base_dir is not None and (self._base_dir / model).is_dir()):
+            return None
+        return Path(model) if Path(model).is_dir() else None
+
     def _save_encoder(self, folder: Path) -> None:
         """A model named by a folder relative to the saved retriever travels with it (e.g. a loaded
-        retriever re-saved as a pipeline's first stage, or an in-memory encoder from a task)."""
+        retriever re-saved as a pipeline's first stage, or an in-memory encoder from a task); one from
+        outside (``save``) is copied in."""
         model = self.config.model
         target = folder / model
+        if self._model_source is not None:
+            if target.exists():
+                shutil.rmtree(target)
+            shutil.copytree(self._model_source, target)
+            return
         if Path(model).is_absolute() or target.exists():
             return
         if self._base_dir is not None and (self._base_dir / model).is_dir():

@@ -6,6 +6,8 @@
     python benchmarks/usage_rerank.py latency
     # a trained reranker run: first_stage_weight chosen on val (grid), then test with it -> one row
     python benchmarks/usage_rerank.py tune-weight RUN_DIR --method refiner+mlc --setting fast --command "..."
+    # ... over another first stage: the summed scores of several runs (e.g. MLC seeds), saved as one pipeline
+    python benchmarks/usage_rerank.py tune-weight RUN_DIR ... --first-stage MLC_RUN_A MLC_RUN_B --save OUT_DIR
     # the tables again, from the results file
     python benchmarks/usage_rerank.py render [--page docs/usage-and-rerank.md]
 
@@ -212,6 +214,12 @@ def tune_weight(args: argparse.Namespace) -> None:
     cfg = load_config(TrainConfig, [args.run / "config.yaml"])
     ds = prepare_dataset(cfg.data)
     r = toolgraph.load(args.run)
+    if args.first_stage:  # an ensemble first stage: the sum of the members' raw scores (e.g. MLC seeds' logits)
+        from toolgraph.retrieval.pipeline import FusionConfig, FusionRetriever
+
+        r.first_stage = FusionRetriever(FusionConfig(members=[str(m) for m in args.first_stage], method="score",
+                                                     normalize="none"))
+        r.first_stage.index(r.tools)
     depth = r.config.depth
     val = ds.split(cfg.data.val_split)
     texts = [q.text for q in val]
@@ -228,16 +236,21 @@ def tune_weight(args: argparse.Namespace) -> None:
     tune_seconds = time.perf_counter() - t0
     r.config.first_stage_weight = best["weight"]
     report = evaluate(r, ds, "test", EvalConfig(ks=[1, 3, 5, 7, 10]))
+    if args.save:  # the tuned pipeline as one folder (first stage, reranker, weight): toolgraph.load(args.save)
+        r.save(args.save)
     res = json.loads((args.run / "results.json").read_text())
     tr = res.get("training", {})
     row = {"method": args.method, "dataset": cfg.data.name, "split": "test", "setting": args.setting,
            "encoder": Path(str(cfg.model.encoder)).name, "queries": len(ds.split("test")),
            "metrics": {k: round(v, 4) for k, v in report.metrics.items()},
-           "command": f"{args.command}; python benchmarks/usage_rerank.py tune-weight {args.run}",
+           "command": f"{args.command}; python benchmarks/usage_rerank.py tune-weight {args.run}"
+                      + (" --first-stage " + " ".join(map(str, args.first_stage)) if args.first_stage else ""),
            "first_stage_weight": best["weight"], "val_grid": grid, "tune_seconds": round(tune_seconds, 1),
            "training_steps": tr.get("global_step"), "seconds": round(tr.get("train_seconds", tr.get("seconds", 0))),
            "train_seconds": tr.get("train_seconds"),
            "device": tr.get("device"), "machine": machine()}
+    if args.first_stage:
+        row["first_stage"] = [str(m) for m in args.first_stage]
     upsert(NAME, [row])
     render(page=args.page)
     m = row["metrics"]
@@ -270,6 +283,9 @@ def main() -> None:
     tw.add_argument("--setting", required=True)
     tw.add_argument("--command", required=True, help="the train.py command(s) that made the run")
     tw.add_argument("--weights", type=float, nargs="+", default=[0.0, 0.5, 1.0, 2.0, 3.0, 4.0, 6.0, 10.0])
+    tw.add_argument("--first-stage", type=Path, nargs="+",
+                    help="run or retriever folders whose summed scores replace the run's first stage (an ensemble)")
+    tw.add_argument("--save", type=Path, help="save the tuned pipeline to this folder")
     tw.set_defaults(fn=tune_weight)
     ren = sub.add_parser("render")
     ren.set_defaults(fn=lambda a: render(page=a.page))

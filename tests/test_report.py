@@ -45,6 +45,8 @@ def test_wins_losses_and_misses_are_counted_per_query(two_runs):
     page = render_html([a, b])
     # R@5 per query: A q1 .5 q2 1 q3 1; B q1 1 q2 0 q3 1 -> B wins q1, loses q2
     assert 'data-wins="1" data-losses="1" data-common="3"' in page
+    assert re.search(r"Mean difference <b>-0\.1667</b> \(95 % interval \[-\d\.\d{4}, \+\d\.\d{4}\], paired "
+                     r"bootstrap p = \d\.\d{3}\)", page)
     assert re.search(r'<table class="queries wins">.*data-query="q1"', page)
     assert re.search(r'<table class="queries losses">.*data-query="q2"', page)
     missed, above = missed_and_above(a, k=5)
@@ -52,6 +54,9 @@ def test_wins_losses_and_misses_are_counted_per_query(two_runs):
     assert above == {"x": 2, "y": 2, "z": 1, "w": 1}  # above A's last gold hit: q1 x y z w, q3 x y
     assert '<td data-run="B" data-metric="recall@5" class="best">0.6667</td>' in page
     assert '<td data-run="A" data-metric="mrr">0.6100</td>' in page
+    results = json.loads((a.folder / "results.json").read_text())
+    a.results = {**results, "intervals": {"mrr": [0.5, 0.7]}}  # written by evaluations: shown on hover
+    assert 'data-metric="mrr" title="95 % interval [0.5000, 0.7000]">0.6100</td>' in render_html([a, b])
     assert page.count("<svg") == 4  # Recall@K, NDCG@K, and A's train/loss and val/recall@5
     assert "query texts and tool names not shown" in page  # no such dataset: ids instead, said so
 

@@ -176,7 +176,9 @@ def _metrics_table(runs: list[Run]) -> str:
             v = m.get(c)
             txt = "" if v is None else f"{v:.4f}"
             bold = ' class="best"' if v is not None and len(runs) > 1 and v == best[c] else ""
-            cells.append(f'<td data-run="{html.escape(r.name)}" data-metric="{c}"{bold}>{txt}</td>')
+            ci = (r.results.get("intervals") or {}).get(c)  # evaluations since eval.bootstrap: 95 % interval
+            tip = f' title="95 % interval [{ci[0]:.4f}, {ci[1]:.4f}]"' if ci and len(ci) == 2 else ""
+            cells.append(f'<td data-run="{html.escape(r.name)}" data-metric="{c}"{bold}{tip}>{txt}</td>')
         rows.append(f'<tr><th scope="row">{html.escape(r.name)}</th>{"".join(cells)}</tr>')
     return (f'<table id="metrics" class="sortable"><thead><tr><th data-col="0">run</th>{head}</tr></thead>'
             f'<tbody>{"".join(rows)}</tbody></table>')
@@ -226,9 +228,16 @@ def _wins_losses(base: Run, other: Run, texts: dict[str, str], names: dict[str, 
     diffs = [(rec_b[rows_b[q]] - a[q], q) for q in base.queries if q in rows_b]
     wins = sorted((d for d in diffs if d[0] > 0), key=lambda d: (-d[0], d[1]))
     losses = sorted((d for d in diffs if d[0] < 0), key=lambda d: (d[0], d[1]))
+    paired = ""
+    if diffs:  # the mean difference over the common queries, and how sure it is (toolgraph.metrics)
+        common = [q for _, q in diffs]
+        d = paired_difference(torch.tensor([a[q] for q in common]), torch.tensor([rec_b[rows_b[q]] for q in common]),
+                              samples=2000)
+        paired = (f' Mean difference <b>{d["difference"]:+.4f}</b> (95 % interval [{d["low"]:+.4f}, '
+                  f'{d["high"]:+.4f}], paired bootstrap p = {d["p"]:.3f}).')
     out = [f'<p class="summary" data-wins="{len(wins)}" data-losses="{len(losses)}" data-common="{len(diffs)}">'
            f'<b>{html.escape(other.name)}</b> against <b>{html.escape(base.name)}</b> on {len(diffs)} common queries '
-           f'(Recall@{k}): better on <b>{len(wins)}</b>, worse on <b>{len(losses)}</b>.</p>']
+           f'(Recall@{k}): better on <b>{len(wins)}</b>, worse on <b>{len(losses)}</b>.{paired}</p>']
     for title, items in (("wins", wins), ("losses", losses)):
         if not items:
             continue

@@ -152,6 +152,11 @@ def test_a_model_folder_from_outside_travels_with_the_saved_retriever(name, tiny
     loaded = Retriever.load(tmp_path / "saved")
     loaded.index([*ds.tools, Tool("t9", "play_music", "play a song")])  # encodes every tool again
     assert torch.allclose(loaded.score(["hotel"])[:, :-1], r.score(["hotel"]), atol=1e-5)
+    again = build_retriever(type(r.config)(model=str(tmp_path / "saved" / "encoder"), cache_dir=None, progress=False))
+    again.fit(ds)
+    again.index(ds.tools)
+    again.save(tmp_path / "saved")  # over the folder its model sits in: the model stays
+    assert torch.allclose(Retriever.load(tmp_path / "saved").score(["hotel"]), r.score(["hotel"]), atol=1e-5)
 
 
 def test_dense_add_tools_encodes_only_new(tiny_bert_dir, tiny_dataset_dir, tmp_path):

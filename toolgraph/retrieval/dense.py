@@ -205,6 +205,8 @@ class DenseRetriever(Retriever):
         model = self.config.model
         target = folder / model
         if self._model_source is not None:
+            if target.resolve() == self._model_source.resolve():
+                return  # saving over the folder the model already sits in
             if target.exists():
                 shutil.rmtree(target)
             shutil.copytree(self._model_source, target)

@@ -220,9 +220,9 @@ def test_the_server_refuses_to_start_on_an_index_it_cannot_serve(bm25, tmp_path,
     shutil.copytree(tiny_bert_dir, encoder)
     r = resolve_retriever({"name": "dense", "model": str(encoder), "cache_dir": None, "progress": False}, "retriever")
     r.index(read_catalog_any(write_mcp_catalog(tmp_path / "mcp2")[0])[0])
-    r.save(tmp_path / "dense")
     for f in encoder.glob("*.safetensors"):
         f.unlink()
+    r.save(tmp_path / "dense")  # the encoder folder is copied in as it is now: without weights
     with pytest.raises(DataError, match="encoder"):
         LiveIndex(tmp_path / "dense", check_every=0)
 

@@ -87,6 +87,9 @@ def test_ci_gives_intervals_and_the_paired_difference(two_runs, tmp_path, capsys
     assert re.search(r"\nB +0\.6667  \[0\.\d{4}, 1\.0000\] +-0\.1667  \[-\d\.\d{4}, \+\d\.\d{4}\] +\d\.\d{3}  3\n", out), out
     rows = significance([load_run(f) for f in two_runs], "mrr", samples=200)
     assert rows[0]["mrr"] == pytest.approx((1 + 1 + 1 / 3) / 3) and "paired" in rows[1]
+    with pytest.raises(SystemExit):
+        main(["report", *map(str, two_runs), "--ci", "--samples", "0"])
+    assert "--samples: expected a whole number >= 1, got '0'" in capsys.readouterr().err
     with pytest.raises(DataError, match=r"--metric 'recall': expected one of .* with @K"):
         significance([load_run(two_runs[0])], "recall")
     other = make_run(tmp_path / "C", "A", {})

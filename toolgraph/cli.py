@@ -333,6 +333,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return int(text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="toolgraph", description="Train, evaluate and serve tool retrievers.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -423,7 +429,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="95 %% bootstrap interval of --metric for each run, and each run's paired difference from "
                         "the first (interval, p-value), from the runs' rankings.jsonl")
     r.add_argument("--metric", default="recall@5", help="the metric of --ci (recall@5, ndcg@10, pass@3, mrr, ...)")
-    r.add_argument("--samples", type=int, default=10000, help="bootstrap resamples of --ci")
+    r.add_argument("--samples", type=_positive_int, default=10000, help="bootstrap resamples of --ci")
     r.set_defaults(fn=cmd_report)
     return p
 

@@ -113,18 +113,20 @@ def compute(rankings: Sequence[Sequence[str]], golds: Sequence[Iterable[str]], k
 
 def bootstrap_means(values: torch.Tensor, samples: int, seed: int = 0) -> torch.Tensor:
     """values [M, Q] (M per-query series over the same Q queries) -> [M, samples] means, each column one
-    resample of the queries with replacement (the same resamples for every row). Drawn in chunks so
-    that memory stays near 2**22 numbers whatever Q is; the same seed gives the same result."""
+    resample of the queries with replacement (the same resamples for every row). A resample is held as
+    how often it draws each query, so the means are one matrix product whatever M is; resamples are drawn
+    in chunks so that memory stays near 2**22 numbers whatever Q is. The same seed gives the same result."""
     m, q = values.shape
     if q == 0 or samples < 1:
         raise ValueError(f"bootstrap needs at least one query and one resample (got {q} queries, {samples} samples)")
     g = torch.Generator().manual_seed(seed)
-    chunk = max(1, (1 << 22) // max(1, m * q))
+    chunk = max(1, (1 << 22) // q)
     values = values.double()
     out = []
     for start in range(0, samples, chunk):
         idx = torch.randint(0, q, (min(chunk, samples - start), q), generator=g)  # [S', Q]
-        out.append(values[:, idx].mean(2))  # [M, S']
+        counts = torch.zeros(idx.shape, dtype=torch.float64).scatter_add_(1, idx, torch.ones(idx.shape, dtype=torch.float64))
+        out.append(values @ counts.T / q)  # [M, S']
     return torch.cat(out, 1)
 
 

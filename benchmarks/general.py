@@ -7,7 +7,7 @@ datasets (configs/general.yaml), tested zero-shot on datasets it never saw.
     # a recipe variant beside the base rows (own setting; "Recipe variants" table; --label rerun: the base again)
     python benchmarks/general.py lodo --test-as-train --label prefixes --overrides "model.query_prefix='query: '"
     # the all-datasets model (configs/general.yaml as it is): in-domain test rows on ToolLens and MetaTool
-    python benchmarks/general.py all --run runs/general
+    python benchmarks/general.py all --run runs/general [--label "full fine-tune"]
     python benchmarks/general.py render [--page docs/general.md]
 
 Leakage: the mixture adapter drops training queries whose normalised text equals a held-out query and
@@ -177,7 +177,8 @@ def all_datasets(args: argparse.Namespace) -> None:
     rows = []
     for ds in ("toollens", "metatool"):
         metrics, n = zero_shot(run / "retriever" / "encoder", ds)
-        rows.append({"method": "general_all", "dataset": ds, "split": "test", "setting": "in-domain",
+        setting = "in-domain" + (f", {args.label}" if args.label else "")
+        rows.append({"method": "general_all", "dataset": ds, "split": "test", "setting": setting,
                      "encoder": "all-MiniLM-L6-v2", "queries": n,
                      "metrics": {k: round(metrics[k], 4) for k in KEEP}, "run": str(run),
                      "train_seconds": results.get("training", {}).get("train_seconds"),
@@ -296,6 +297,52 @@ def variants_table(labelled: list[dict], rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def recipes_table(rows: list[dict]) -> str:
+    """One line per recipe (a leave-one-dataset-out setting; reruns left out): its held-out datasets,
+    mean val R@5 per alpha, the alpha val chooses, and at that alpha the mean test R@5, MiniLM's mean on
+    the same datasets, the mean difference and the worst dataset's. The goal: mean >= +0.10, worst >= -0.01."""
+    lodo = [r for r in rows if r["method"] == "general_lodo" and r.get("label") != RERUN]
+    lines = ["| recipe (setting) | held-out datasets | mean val R@5 by alpha | alpha | mean test R@5 | MiniLM "
+             "| Δ mean | worst Δ | device |", "|---|---|---|---|---|---|---|---|---|"]
+    for setting in dict.fromkeys(r["setting"] for r in lodo):
+        mine = [r for r in lodo if r["setting"] == setting]
+        alpha, means = chosen_alpha(mine)
+        deltas = {r["dataset"]: at_alpha(r, alpha)["recall@5"] - r["minilm"]["recall@5"] for r in mine}
+        worst = min(deltas, key=deltas.get)
+        test = sum(at_alpha(r, alpha)["recall@5"] for r in mine) / len(mine)
+        base = sum(r["minilm"]["recall@5"] for r in mine) / len(mine)
+        devices = ", ".join(sorted({short_device(r.get("device")) for r in mine}))
+        lines.append(f"| {setting} | {len(mine)} | " + ", ".join(f"{a}: {m:.4f}" for a, m in means.items())
+                     + f" | {alpha} | {test:.3f} | {base:.3f} | {test - base:+.3f} | {deltas[worst]:+.3f} ({worst}) "
+                     f"| {devices} |")
+    return "\n".join(lines)
+
+
+def recipe_rows_table(mine: list[dict]) -> str:
+    """Per held-out dataset, one recipe's test R@5 / NDCG@5 at the alpha its val splits choose, beside
+    MiniLM and BM25."""
+    alpha, means = chosen_alpha(mine)
+    lines = [f"WiSE alpha chosen on the held-out datasets' val splits: **{alpha}** (mean val R@5 "
+             + ", ".join(f"alpha {a}: {m:.4f}" for a, m in means.items()) + ").", "",
+             f"| held-out dataset | R@5 (alpha {alpha}) | NDCG@5 | R@5 as trained | MiniLM R@5 | BM25 R@5 "
+             "| Δ R@5 vs MiniLM | training queries | steps | train seconds | device |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    mine = sorted(mine, key=lambda r: LODO_SETS.index(r["dataset"]) if r["dataset"] in LODO_SETS else 99)
+    for r in mine:
+        m = at_alpha(r, alpha)
+        lines.append(f"| {r['dataset']} | {m['recall@5']:.3f} | {m['ndcg@5']:.3f} | {r['metrics']['recall@5']:.3f} "
+                     f"| {r['minilm']['recall@5']:.3f} | {r['bm25']['recall@5']:.3f} "
+                     f"| {m['recall@5'] - r['minilm']['recall@5']:+.3f} | {r['train_queries']} | {r.get('steps')} "
+                     f"| {r.get('train_seconds')} | {r.get('device') or '–'} |")
+    mean = sum(at_alpha(r, alpha)["recall@5"] for r in mine) / len(mine)
+    base = sum(r["minilm"]["recall@5"] for r in mine) / len(mine)
+    lines.append(f"| **mean of {len(mine)}** | **{mean:.3f}** | | | {base:.3f} | | **{mean - base:+.3f}** | | | | |")
+    return "\n".join(lines)
+
+
+FULL_FT = f"{TAT}, full fine-tune"  # the recipe of the GPU runs (docs/general.md, "Full fine-tuning")
+
+
 def render(page: str | Path = PAGE) -> None:
     path = RESULTS / f"{NAME}.json"
     if not path.exists() or not Path(page).exists():
@@ -345,10 +392,16 @@ def render(page: str | Path = PAGE) -> None:
     labelled = [r for r in rows if r["method"] == "general_lodo" and r.get("label")]
     if labelled:
         write_block(page, "general-variants", variants_table(labelled, rows))
+    full = [r for r in rows if r["method"] == "general_lodo" and r["setting"] == FULL_FT]
+    if full:
+        write_block(page, "general-full-finetune", recipe_rows_table(full))
+    if any(r["method"] == "general_lodo" for r in rows):
+        write_block(page, "general-recipes", recipes_table(rows))
     domain = [r for r in rows if r["method"] == "general_all"]
     if domain:
-        table = ["| dataset | R@5 | NDCG@5 | steps | train seconds | device |", "|---|---|---|---|---|---|"]
-        table += [f"| {r['dataset']} | {r['metrics']['recall@5']:.3f} | {r['metrics']['ndcg@5']:.3f} | {r.get('steps')} "
+        table = ["| dataset | setting | R@5 | NDCG@5 | steps | train seconds | device |", "|---|---|---|---|---|---|---|"]
+        table += [f"| {r['dataset']} | {r['setting']} | {r['metrics']['recall@5']:.3f} | {r['metrics']['ndcg@5']:.3f} "
+                  f"| {r.get('steps')} "
                   f"| {r.get('train_seconds')} | {r.get('device') or '–'} |" for r in domain]
         write_block(page, "general-all", "\n".join(table))
     mcp = [r for r in rows if r["method"] == "t2a"]
@@ -381,6 +434,8 @@ def main() -> None:
     a.add_argument("--command", default=None, help="recorded in the rows (default: this command line)")
     b = sub.add_parser("all", help="in-domain rows of the all-datasets model")
     b.add_argument("--run", default="runs/general")
+    b.add_argument("--label", default=None, help="another recipe or device (e.g. 'full fine-tune'): rows beside the "
+                                                 "main in-domain rows instead of replacing them")
     b.add_argument("--command", default=None)
     m = sub.add_parser("mcp", help="rows of configs/eval/t2a_mcp.yaml run with and without the general model")
     m.add_argument("--general", required=True, help="evaluate.py --out folder, toolgraph-general installed")

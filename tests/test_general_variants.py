@@ -60,7 +60,7 @@ def test_labelled_rows_stay_out_of_the_test_as_train_table(general, tmp_path, mo
     (results / "general.json").write_text(json.dumps({"rows": rows}))
     page = tmp_path / "general.md"
     page.write_text("".join(f"<!-- {b}:start -->\n<!-- {b}:end -->\n"
-                            for b in ("general-lodo", "general-test-as-train", "general-variants")))
+                            for b in ("general-lodo", "general-test-as-train", "general-variants", "general-recipes")))
     monkeypatch.setattr(general, "RESULTS", results)
     general.render(page)
     text = page.read_text()
@@ -77,3 +77,26 @@ def test_a_model_folder_is_reused_only_for_the_same_queries_and_recipe(general):
               general.model_key(["a", "b"], None, [], ["trainer.max_steps=150"]),
               general.model_key(["a", "b"], None, ["configs/cluster/1gpu.yaml"], ["trainer.max_steps=100"])]
     assert key not in others and len(set(others)) == len(others)
+
+
+def lodo_row(dataset, setting, val, test, wise, minilm, label=None):
+    return {**row(dataset, setting, val, test, label), "minilm": {"recall@5": minilm}, "bm25": {"recall@5": 0.1},
+            "variants": {"wise-0.5": {"recall@5": wise, "ndcg@5": wise}}, "train_queries": 10, "steps": 300}
+
+
+def test_the_recipes_table_gives_each_recipe_at_its_own_val_chosen_alpha(general):
+    ft = f"{TAT}, full fine-tune"
+    rows = [lodo_row("toollens", TAT, {"1.0": 0.30, "0.5": 0.20}, 0.40, 0.10, 0.30),
+            lodo_row("nestools", TAT, {}, 0.50, 0.90, 0.52),
+            lodo_row("toollens", TAT, {"1.0": 0.30, "0.5": 0.40}, 0.10, 0.50, 0.30, "full fine-tune"),
+            lodo_row("nestools", TAT, {}, 0.90, 0.60, 0.52, "full fine-tune"),
+            lodo_row("toollens", TAT, {"1.0": 0.99}, 0.99, 0.99, 0.30, "rerun")]  # a rerun is no recipe
+    table = general.recipes_table(rows)
+    # TAT: val picks alpha 1.0 -> test 0.40 and 0.50, deltas +0.10 and -0.02
+    assert f"| {TAT} | 2 | 0.5: 0.2000, 1.0: 0.3000 | 1.0 | 0.450 | 0.410 | +0.040 | -0.020 (nestools) |" in table
+    # full fine-tune: val picks 0.5 -> test 0.50 and 0.60, deltas +0.20 and +0.08
+    assert f"| {ft} | 2 | 0.5: 0.4000, 1.0: 0.3000 | 0.5 | 0.550 | 0.410 | +0.140 | +0.080 (nestools) |" in table
+    assert "rerun" not in table
+    per = general.recipe_rows_table([r for r in rows if r["setting"] == ft])
+    assert "**0.5**" in per and "| nestools | 0.600 | 0.600 | 0.900 | 0.520 |" in per
+    assert "| **mean of 2** | **0.550** | | | 0.410 | | **+0.140** |" in per

@@ -41,7 +41,7 @@ GENERATED = {
     "soak": ({}, "docs/agents-and-serving.md", {"serve-soak"}),
     "convergence": ({}, "docs/dense.md", {"fast"}),
     "general": ({}, "docs/general.md", {"general-lodo", "general-all", "general-mcp", "general-test-as-train",
-                        "general-variants"}),
+                        "general-variants", "general-recipes", "general-full-finetune"}),
     "general_hybrid": ({}, "docs/general.md", {"general-hybrid", "general-hybrid-tat"}),
 }
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

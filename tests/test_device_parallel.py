@@ -1,0 +1,72 @@
+"""benchmarks/device/parallel.py: jobs side by side, each in its own copy of the repository, and only
+the rows they added or changed gathered (on a tiny stand-in repository; the jobs are shell one-liners)."""
+
+import json
+import sys
+import tarfile
+
+import pytest
+from conftest import load_benchmark
+
+
+@pytest.fixture
+def parallel(monkeypatch):
+    return load_benchmark("device/parallel", monkeypatch)
+
+
+def add_row(name, row):
+    """A job: read-modify-write benchmarks/results/<name>.json, as the benchmark scripts do."""
+    code = (f"import json, pathlib; p = pathlib.Path('benchmarks/results/{name}.json'); "
+            f"d = json.loads(p.read_text()) if p.exists() else {{'rows': []}}; "
+            f"d['rows'] = [r for r in d['rows'] if r['dataset'] != {row['dataset']!r}] + [{row!r}]; "
+            f"p.write_text(json.dumps(d))")
+    return f'{sys.executable} -c "{code}"'
+
+
+def test_jobs_run_apart_and_only_their_new_rows_come_back(parallel, tmp_path):
+    root = tmp_path / "repo"
+    (root / "benchmarks" / "results").mkdir(parents=True)
+    old = [{"dataset": "a", "v": 1}, {"dataset": "b", "v": 2}]
+    (root / "benchmarks" / "results" / "g.json").write_text(json.dumps({"rows": old}))
+    (root / "runs").mkdir()
+    (root / "runs" / "big.bin").write_bytes(b"x" * 1000)  # runs/ is not copied into the jobs' folders
+    jobs = [add_row("g", {"dataset": "c", "v": 3}), add_row("g", {"dataset": "b", "v": 20}),
+            add_row("h", {"dataset": "a", "v": 4}), "echo failing; exit 3"]
+    out, work = tmp_path / "out", tmp_path / "work"
+    rc = parallel.run(jobs, 3, out, work, root)
+    assert rc == 3
+    rows = json.loads((out / "rows.json").read_text())
+    # both writers of g.json kept their row (own copies), the unchanged row "a" is not sent back
+    assert sorted(rows["g.json"], key=lambda r: r["dataset"]) == [{"dataset": "b", "v": 20}, {"dataset": "c", "v": 3}]
+    assert rows["h.json"] == [{"dataset": "a", "v": 4}]
+    status = json.loads((out / "jobs.json").read_text())
+    assert [s["rc"] for s in status] == [0, 0, 0, 3] and all(s["seconds"] is not None for s in status)
+    with tarfile.open(out / "logs.tar.gz") as tar:
+        assert sorted(tar.getnames()) == [f"job-{i}.log" for i in range(4)]
+        assert b"failing" in tar.extractfile("job-3.log").read()
+    assert not (work / "job-0" / "runs").exists()
+    assert json.loads((root / "benchmarks" / "results" / "g.json").read_text())["rows"] == old  # the original untouched
+
+
+def test_a_jobs_file_without_a_job_names_the_file(parallel, tmp_path):
+    f = tmp_path / "empty.jobs"
+    f.write_text("# only a comment\n\n")
+    with pytest.raises(SystemExit, match="empty.jobs: no job"):
+        parallel.read_jobs(f)
+    f.write_text("# first\necho a\n\n  echo b  \n")
+    assert parallel.read_jobs(f) == ["echo a", "echo b"]
+
+
+def test_merge_upserts_the_gathered_rows(parallel, tmp_path, monkeypatch):
+    import results_io
+
+    monkeypatch.setattr(results_io, "RESULTS", tmp_path)
+    key = {"method": "m", "split": "test", "setting": "s"}
+    (tmp_path / "g.json").write_text(json.dumps({"rows": [{**key, "dataset": "a", "v": 1}, {**key, "dataset": "b", "v": 2}]}))
+    rows = tmp_path / "rows.json"
+    rows.write_text(json.dumps({"g.json": [{**key, "dataset": "b", "v": 20}]}))
+    parallel.merge(rows)
+    assert [r["v"] for r in json.loads((tmp_path / "g.json").read_text())["rows"]] == [1, 20]
+    rows.write_text("{not json")
+    with pytest.raises(SystemExit, match="rows.json: not a rows file"):
+        parallel.merge(rows)

@@ -34,11 +34,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from general import KEEP, LODO_SETS, NAME, PAGE, ROOT, at_alpha, baseline, chosen_alpha  # noqa: E402
+from general import FULL_FT, KEEP, LODO_SETS, NAME, PAGE, ROOT, at_alpha, baseline, chosen_alpha  # noqa: E402
 from results_io import RESULTS, machine, upsert, write_block  # noqa: E402
 
 # --lodo: which leave-one-dataset-out models (general_lodo rows of this setting) are the dense member
-SETTINGS = {"main": "zero-shot", "test-as-train": "zero-shot, test-only datasets train"}
+SETTINGS = {"main": "zero-shot", "test-as-train": "zero-shot, test-only datasets train", "full-finetune": FULL_FT}
+# the generated block of each --lodo setting's hybrid table (the main setting's is "general-hybrid")
+BLOCKS = {SETTINGS["test-as-train"]: "general-hybrid-tat", FULL_FT: "general-hybrid-full-finetune"}
 
 
 def members(dataset: str, encoder: Path | None, wise: float | None):
@@ -148,7 +150,7 @@ def run(args: argparse.Namespace) -> None:
     rows = json.loads((RESULTS / f"{NAME}.json").read_text())["rows"]
     setting = SETTINGS[args.lodo]
     lodo = {r["dataset"]: r for r in rows if r["method"] == "general_lodo" and r["setting"] == setting}
-    alpha, _ = chosen_alpha(list(lodo.values()))
+    alpha = str(args.alpha) if args.alpha is not None else chosen_alpha(list(lodo.values()))[0]
     for d in args.datasets:
         start = time.perf_counter()
         found = [("hybrid_minilm", None, None, "zero-shot")] if "minilm" in args.dense else []
@@ -207,20 +209,23 @@ def render(page: str | Path = PAGE) -> None:
                  f"| **{sum(d_fit) / max(1, len(d_fit)):+.3f}** ({len(d_fit)} datasets) | | "
                  f"| **{sum(d_gen) / max(1, len(d_gen)):+.3f}** ({len(d_gen)} datasets) |")
     write_block(page, "general-hybrid", "\n".join(lines))
-    tat_gen = {r["dataset"]: r for r in rows if r["method"] == "hybrid_general" and r["setting"] == SETTINGS["test-as-train"]}
-    if tat_gen:
-        write_block(page, "general-hybrid-tat", tat_table(mini, tat_gen, rows, w))
+    for setting, block in BLOCKS.items():
+        found = {r["dataset"]: r for r in rows if r["method"] == "hybrid_general" and r["setting"] == setting}
+        if found:
+            write_block(page, block, tat_table(mini, found, rows, w, setting))
 
 
-def tat_table(mini: dict, gen: dict, rows: list[dict], w: str) -> str:
-    """The hybrid with the test-as-train leave-one-dataset-out models (``--lodo test-as-train``), at
-    the BM25 weight ``w`` chosen for the MiniLM hybrid and the WiSE alpha chosen on those models' val."""
-    tat = [r for r in rows if r["method"] == "general_lodo" and r["setting"] == SETTINGS["test-as-train"]]
+def tat_table(mini: dict, gen: dict, rows: list[dict], w: str, setting: str = SETTINGS["test-as-train"]) -> str:
+    """The hybrid with the leave-one-dataset-out models of ``setting`` (``--lodo test-as-train``, or
+    ``full-finetune``), at the BM25 weight ``w`` chosen for the MiniLM hybrid and the WiSE alpha chosen
+    on those models' val."""
+    tat = [r for r in rows if r["method"] == "general_lodo" and r["setting"] == setting]
     alpha, means = chosen_alpha(tat)  # chosen now, over every such row; each hybrid row keeps its own
     lines = [f"WiSE alpha chosen on val for these models: **{alpha}** (mean val R@5 "
              + ", ".join(f"alpha {a}: {m:.4f}" for a, m in means.items()) + f"); BM25 weight w = {w}. Each row "
              "names the alpha it was measured at. Test R@5:", "",
-             "| dataset | MiniLM | MiniLM + BM25 | alpha | general (test-as-train) | Δ vs MiniLM | general + BM25 "
+             f"| dataset | MiniLM | MiniLM + BM25 | alpha | general ({setting.removeprefix('zero-shot, ')}) "
+             "| Δ vs MiniLM | general + BM25 "
              "| Δ vs MiniLM |", "|---|---|---|---|---|---|---|---|"]
     alone, hybrid = [], []
     for d in [x for x in LODO_SETS if x in gen and x in mini]:
@@ -241,7 +246,10 @@ def main() -> None:
     p.add_argument("--datasets", nargs="+", default=list(LODO_SETS), choices=LODO_SETS)
     p.add_argument("--weights", nargs="+", type=float, default=[0.2, 0.3, 0.5], help="BM25 weights w (> 0)")
     p.add_argument("--lodo", choices=sorted(SETTINGS), default="main",
-                   help="the leave-one-dataset-out models of hybrid_general: the main table's, or lodo --test-as-train's")
+                   help="the leave-one-dataset-out models of hybrid_general: the main table's, lodo --test-as-train's, "
+                        "or the full fine-tune's (docs/general.md)")
+    p.add_argument("--alpha", type=float, default=None,
+                   help="the WiSE alpha of the general member (default: chosen on val over that setting's rows)")
     p.add_argument("--dense", nargs="+", choices=("minilm", "general"), default=["minilm", "general"],
                    help="which dense members to measure (hybrid_minilm, hybrid_general rows)")
     p.add_argument("--learned", action="store_true",

@@ -38,8 +38,19 @@ def test_the_test_as_train_table_uses_its_own_rows_alpha_and_the_chosen_weight(h
 
 
 def test_the_lodo_choice_names_a_setting_and_a_bad_one_is_refused(hybrid, monkeypatch, capsys):
-    assert hybrid.SETTINGS == {"main": "zero-shot", "test-as-train": TAT}
+    assert hybrid.SETTINGS == {"main": "zero-shot", "test-as-train": TAT, "full-finetune": f"{TAT}, full fine-tune"}
     monkeypatch.setattr(sys, "argv", ["general_hybrid.py", "--lodo", "leaky"])
     with pytest.raises(SystemExit):
         hybrid.main()
     assert "--lodo: invalid choice: 'leaky'" in capsys.readouterr().err
+
+
+def test_the_full_fine_tune_table_takes_the_alpha_of_its_own_setting(hybrid):
+    ft = f"{TAT}, full fine-tune"
+    rows = [lodo_row("toollens", TAT, {"1.0": 0.40, "0.5": 0.30}), lodo_row("toollens", ft, {"1.0": 0.30, "0.5": 0.45})]
+    mini = {"toollens": hybrid_row("hybrid_minilm", "toollens", "zero-shot", {"0.0": 0.25, "0.3": 0.35})}
+    gen = {"toollens": hybrid_row("hybrid_general", "toollens", ft, {"0.0": 0.30, "0.3": 0.42}, 0.5)}
+    table = hybrid.tat_table(mini, gen, rows, "0.3", ft)
+    assert "**0.5** (mean val R@5 alpha 0.5: 0.4500, alpha 1.0: 0.3000)" in table
+    assert "general (test-only datasets train, full fine-tune)" in table
+    assert "| toollens | 0.250 | 0.350 | 0.5 | 0.300 | +0.050 | 0.420 | +0.170 |" in table

@@ -4,6 +4,8 @@ datasets (configs/general.yaml), tested zero-shot on datasets it never saw.
     # leave-one-dataset-out: per held-out dataset, a model trained on the others (leaks removed), its
     # zero-shot test R@5 / NDCG@5 beside BM25 and MiniLM (benchmarks/results/baselines.json)
     python benchmarks/general.py lodo [--datasets toollens metatool ...] [--overrides trainer.max_steps=300]
+    # the earlier CPU recipe (top 2 layers, 100 steps): the overlay configs/general_top2.yaml
+    python benchmarks/general.py lodo --config configs/general_top2.yaml --test-as-train --wise 0.5
     # a recipe variant beside the base rows (own setting; "Recipe variants" table; --label rerun: the base again)
     python benchmarks/general.py lodo --test-as-train --label prefixes --overrides "model.query_prefix='query: '"
     # the all-datasets model (configs/general.yaml as it is): in-domain test rows on ToolLens and MetaTool
@@ -114,9 +116,12 @@ def zero_shot(encoder: Path, dataset: str, wise: float | None = None, split: str
 
 def model_key(query_ids: list[str], label: str | None, configs: list[str], overrides: list[str]) -> str:
     """The run folder name of a leave-one-dataset-out model: its training queries and everything that
-    changes its recipe, so a finished folder is reused only for the same model (datasets with no leak
-    share one) and never for another variant's."""
-    recipe = [*sorted(query_ids), f"label={label}" if label else "", *configs, *overrides]
+    changes its recipe (the text of configs/general.yaml and of every --config file too, so an edited
+    config never reuses a folder trained before the edit), so a finished folder is reused only for the
+    same model (datasets with no leak share one) and never for another variant's."""
+    files = [ROOT / "configs" / "general.yaml", *(Path(c) if Path(c).is_file() else ROOT / c for c in configs)]
+    texts = [f.read_text() if f.is_file() else f"missing: {f}" for f in files]
+    recipe = [*sorted(query_ids), f"label={label}" if label else "", *configs, *texts, *overrides]
     return hashlib.sha256("\n".join(recipe).encode()).hexdigest()[:12]
 
 
@@ -340,6 +345,15 @@ def recipe_rows_table(mine: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def per_dataset_fast() -> dict[str, str]:
+    """Test R@5 of the fast per-dataset bi-encoder (``bi_encoder_fast`` rows of training_core.json,
+    2 CPU cores, transductive) by dataset: what a model trained on that dataset alone reaches."""
+    path = RESULTS / "training_core.json"
+    rows = json.loads(path.read_text())["rows"] if path.exists() else []
+    return {r["dataset"]: f"{r['metrics']['recall@5']:.3f}" for r in rows
+            if r["method"] == "bi_encoder_fast" and r["setting"] == "transductive" and r["split"] == "test"}
+
+
 FULL_FT = f"{TAT}, full fine-tune"  # the recipe of the GPU runs (docs/general.md, "Full fine-tuning")
 
 
@@ -399,8 +413,11 @@ def render(page: str | Path = PAGE) -> None:
         write_block(page, "general-recipes", recipes_table(rows))
     domain = [r for r in rows if r["method"] == "general_all"]
     if domain:
-        table = ["| dataset | setting | R@5 | NDCG@5 | steps | train seconds | device |", "|---|---|---|---|---|---|---|"]
+        fast = per_dataset_fast()
+        table = ["| dataset | setting | R@5 | NDCG@5 | per-dataset fast model R@5 | MiniLM R@5 | steps | train seconds "
+                 "| device |", "|---|---|---|---|---|---|---|---|---|"]
         table += [f"| {r['dataset']} | {r['setting']} | {r['metrics']['recall@5']:.3f} | {r['metrics']['ndcg@5']:.3f} "
+                  f"| {fast.get(r['dataset'], '–')} | {baseline('dense', r['dataset']).get('recall@5', float('nan')):.3f} "
                   f"| {r.get('steps')} "
                   f"| {r.get('train_seconds')} | {r.get('device') or '–'} |" for r in domain]
         write_block(page, "general-all", "\n".join(table))

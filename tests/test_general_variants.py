@@ -100,3 +100,19 @@ def test_the_recipes_table_gives_each_recipe_at_its_own_val_chosen_alpha(general
     per = general.recipe_rows_table([r for r in rows if r["setting"] == ft])
     assert "**0.5**" in per and "| nestools | 0.600 | 0.600 | 0.900 | 0.520 |" in per
     assert "| **mean of 2** | **0.550** | | | 0.410 | | **+0.140** |" in per
+
+
+def test_an_edited_base_config_never_reuses_a_folder_trained_before(general, tmp_path, monkeypatch):
+    (tmp_path / "configs").mkdir()
+    base = tmp_path / "configs" / "general.yaml"
+    base.write_text("model:\n  freeze_layers: 4\n")
+    monkeypatch.setattr(general, "ROOT", tmp_path)
+    before = general.model_key(["a"], None, [], [])
+    assert general.model_key(["a"], None, [], []) == before
+    base.write_text("model:\n  freeze_layers: 0\n")
+    assert general.model_key(["a"], None, [], []) != before
+    overlay = tmp_path / "configs" / "top2.yaml"
+    overlay.write_text("optim:\n  lr: 2.0e-4\n")
+    with_overlay = general.model_key(["a"], None, ["configs/top2.yaml"], [])
+    overlay.write_text("optim:\n  lr: 1.0e-4\n")
+    assert general.model_key(["a"], None, ["configs/top2.yaml"], []) != with_overlay

@@ -176,13 +176,23 @@ def lodo(args: argparse.Namespace) -> None:
     render()
 
 
+def unseen_datasets(rows: list[dict]) -> list[str]:
+    """Datasets the all-datasets model never saw: test-only datasets whose main leave-one-dataset-out
+    row (trained on the same six training splits) dropped no leak and found no near-duplicate."""
+    return [r["dataset"] for r in rows if r["method"] == "general_lodo" and r["setting"] == "zero-shot"
+            and r["dataset"] not in TRAIN_SETS and not r["leakage_dropped"] and not any(r["near_duplicates"].values())]
+
+
 def all_datasets(args: argparse.Namespace) -> None:
+    """In-domain test rows on ToolLens and MetaTool; with --unseen, also zero-shot rows on the datasets
+    it never saw (unseen_datasets)."""
     run = Path(args.run)
     results = json.loads((run / "results.json").read_text())
     rows = []
-    for ds in ("toollens", "metatool"):
+    unseen = unseen_datasets(json.loads((RESULTS / f"{NAME}.json").read_text())["rows"]) if args.unseen else []
+    for ds in ("toollens", "metatool", *unseen):
         metrics, n = zero_shot(run / "retriever" / "encoder", ds)
-        setting = "in-domain" + (f", {args.label}" if args.label else "")
+        setting = ("zero-shot, never seen" if ds in unseen else "in-domain") + (f", {args.label}" if args.label else "")
         rows.append({"method": "general_all", "dataset": ds, "split": "test", "setting": setting,
                      "encoder": "all-MiniLM-L6-v2", "queries": n,
                      "metrics": {k: round(metrics[k], 4) for k in KEEP}, "run": str(run),
@@ -453,6 +463,8 @@ def main() -> None:
     b.add_argument("--run", default="runs/general")
     b.add_argument("--label", default=None, help="another recipe or device (e.g. 'full fine-tune'): rows beside the "
                                                  "main in-domain rows instead of replacing them")
+    b.add_argument("--unseen", action="store_true",
+                   help="also zero-shot rows on the test-only datasets it never saw (no leak, no near-duplicate)")
     b.add_argument("--command", default=None)
     m = sub.add_parser("mcp", help="rows of configs/eval/t2a_mcp.yaml run with and without the general model")
     m.add_argument("--general", required=True, help="evaluate.py --out folder, toolgraph-general installed")

@@ -116,3 +116,13 @@ def test_an_edited_base_config_never_reuses_a_folder_trained_before(general, tmp
     with_overlay = general.model_key(["a"], None, ["configs/top2.yaml"], [])
     overlay.write_text("optim:\n  lr: 1.0e-4\n")
     assert general.model_key(["a"], None, ["configs/top2.yaml"], []) != with_overlay
+
+
+def test_unseen_datasets_are_test_only_ones_with_no_leak_and_no_near_duplicate(general):
+    def main(dataset, dropped=None, dups=0):
+        return {"method": "general_lodo", "setting": "zero-shot", "dataset": dataset, "leakage_dropped": dropped or {},
+                "near_duplicates": {"queries": dups, "tools": 0}}
+    rows = [main("seal-tools"), main("nestools", dups=1), main("toolbench-g1", {"toollens": {"tool": 3}}),
+            main("toollens"),  # a training split: never unseen
+            {**main("gorilla-tensorflow"), "setting": "zero-shot, test-only datasets train"}]
+    assert general.unseen_datasets(rows) == ["seal-tools"]

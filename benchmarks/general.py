@@ -260,6 +260,12 @@ def at_alpha(row: dict, alpha: str) -> dict:
     return row["metrics"] if float(alpha) == 1 else row["variants"][f"wise-{float(alpha)}"]
 
 
+def mean_r5(rows: list[dict], alpha: str) -> tuple[float, float]:
+    """Mean test R@5 of ``rows`` at WiSE ``alpha``, and MiniLM's mean on the same datasets."""
+    return (sum(at_alpha(r, alpha)["recall@5"] for r in rows) / len(rows),
+            sum(r["minilm"]["recall@5"] for r in rows) / len(rows))
+
+
 def short_device(device: str | None) -> str:
     """"cpu: 1 process(es) x 2 threads, 2 cores available" -> "CPU, 2 threads"; GPU names as they are."""
     if not device:
@@ -324,8 +330,7 @@ def recipes_table(rows: list[dict]) -> str:
         alpha, means = chosen_alpha(mine)
         deltas = {r["dataset"]: at_alpha(r, alpha)["recall@5"] - r["minilm"]["recall@5"] for r in mine}
         worst = min(deltas, key=deltas.get)
-        test = sum(at_alpha(r, alpha)["recall@5"] for r in mine) / len(mine)
-        base = sum(r["minilm"]["recall@5"] for r in mine) / len(mine)
+        test, base = mean_r5(mine, alpha)
         devices = ", ".join(sorted({short_device(r.get("device")) for r in mine}))
         lines.append(f"| {setting} | {len(mine)} | " + ", ".join(f"{a}: {m:.4f}" for a, m in means.items())
                      + f" | {alpha} | {test:.3f} | {base:.3f} | {test - base:+.3f} | {deltas[worst]:+.3f} ({worst}) "
@@ -349,8 +354,7 @@ def recipe_rows_table(mine: list[dict]) -> str:
                      f"| {r['minilm']['recall@5']:.3f} | {r['bm25']['recall@5']:.3f} "
                      f"| {m['recall@5'] - r['minilm']['recall@5']:+.3f} | {r['train_queries']} | {r.get('steps')} "
                      f"| {r.get('train_seconds')} | {r.get('device') or '–'} |")
-    mean = sum(at_alpha(r, alpha)["recall@5"] for r in mine) / len(mine)
-    base = sum(r["minilm"]["recall@5"] for r in mine) / len(mine)
+    mean, base = mean_r5(mine, alpha)
     lines.append(f"| **mean of {len(mine)}** | **{mean:.3f}** | | | {base:.3f} | | **{mean - base:+.3f}** | | | | |")
     return "\n".join(lines)
 
@@ -388,8 +392,7 @@ def render(page: str | Path = PAGE) -> None:
                      f"| {r['minilm']['recall@5']:.3f} | {r['bm25']['recall@5']:.3f} | {deltas[-1]:+.3f} "
                      f"| {r['train_queries']} | {dropped} | {r.get('steps')} | {r.get('device') or '–'} |")
     if lodo_rows:
-        mean = sum(at_alpha(r, alpha)["recall@5"] for r in lodo_rows) / len(lodo_rows)
-        base = sum(r["minilm"]["recall@5"] for r in lodo_rows) / len(lodo_rows)
+        mean, base = mean_r5(lodo_rows, alpha)
         lines.append(f"| **mean of {len(lodo_rows)}** | **{mean:.3f}** | | | {base:.3f} | | **{mean - base:+.3f}** "
                      f"| | | | |")
     write_block(page, "general-lodo", "\n".join(lines))
@@ -409,8 +412,7 @@ def render(page: str | Path = PAGE) -> None:
             table.append(f"| {r['dataset']} | {m['recall@5']:.3f} | {r['metrics']['recall@5']:.3f} | {r['train_queries']} "
                          f"| {before} | {r['minilm']['recall@5']:.3f} | {m['recall@5'] - r['minilm']['recall@5']:+.3f} "
                          f"| {r.get('steps')} | {r.get('device') or '–'} |")
-        mean = sum(at_alpha(r, t_alpha)["recall@5"] for r in tat) / len(tat)
-        base = sum(r["minilm"]["recall@5"] for r in tat) / len(tat)
+        mean, base = mean_r5(tat, t_alpha)
         table.append(f"| **mean of {len(tat)}** | **{mean:.3f}** | | | | {base:.3f} | **{mean - base:+.3f}** | | |")
         write_block(page, "general-test-as-train", "\n".join(table))
     labelled = [r for r in rows if r["method"] == "general_lodo" and r.get("label")]

@@ -67,6 +67,25 @@ def test_merge_upserts_the_gathered_rows(parallel, tmp_path, monkeypatch):
     rows.write_text(json.dumps({"g.json": [{**key, "dataset": "b", "v": 20}]}))
     parallel.merge(rows)
     assert [r["v"] for r in json.loads((tmp_path / "g.json").read_text())["rows"]] == [1, 20]
-    rows.write_text("{not json")
-    with pytest.raises(SystemExit, match="rows.json: not a rows file"):
-        parallel.merge(rows)
+    for bad in ("{not json", "[1, 2]", '{"g.json": {"dataset": "b"}}'):
+        rows.write_text(bad)
+        with pytest.raises(SystemExit, match="rows.json: not a rows file"):
+            parallel.merge(rows)
+    assert [r["v"] for r in json.loads((tmp_path / "g.json").read_text())["rows"]] == [1, 20]  # nothing lost
+
+
+def test_a_job_that_breaks_a_results_file_is_marked_and_the_others_rows_kept(parallel, tmp_path):
+    root = tmp_path / "repo"
+    (root / "benchmarks" / "results").mkdir(parents=True)
+    (root / "benchmarks" / "results" / "g.json").write_text(json.dumps({"rows": []}))
+    jobs = ["echo '{broken' > benchmarks/results/g.json", add_row("h", {"dataset": "a", "v": 1})]
+    out = tmp_path / "out"
+    assert parallel.run(jobs, 1, out, tmp_path / "work", root) == 1
+    status = json.loads((out / "jobs.json").read_text())
+    assert "g.json: not a results file" in status[0]["error"] and status[0]["rc"] == 0
+    assert json.loads((out / "rows.json").read_text()) == {"h.json": [{"dataset": "a", "v": 1}]}
+    (root / "benchmarks" / "results" / "g.json").write_text("[]")  # the repository's own file broken: refused
+    with pytest.raises(SystemExit, match="g.json: not a results file"):
+        parallel.run(jobs, 1, out, tmp_path / "work2", root)
+    with pytest.raises(SystemExit, match="--workers: at least 1"):
+        parallel.run(jobs, 0, out, tmp_path / "work3", root)

@@ -40,12 +40,14 @@ def read_jobs(path: Path) -> list[str]:
 
 
 def rows_of(copy: Path) -> dict[str, list[dict]]:
+    """Every results file's rows; a file that is not ``{"rows": [...]}`` is an error naming it."""
     out = {}
     for f in sorted((copy / "benchmarks" / "results").glob("*.json")):
         try:
-            out[f.name] = json.loads(f.read_text()).get("rows", [])
-        except (json.JSONDecodeError, AttributeError):
-            continue
+            rows = json.loads(f.read_text()).get("rows", [])
+        except (json.JSONDecodeError, AttributeError) as e:
+            raise ValueError(f"{f}: not a results file ({{\"rows\": [...]}}): {e}") from None
+        out[f.name] = rows
     return out
 
 
@@ -59,9 +61,14 @@ def new_rows(before: dict[str, list[dict]], after: dict[str, list[dict]]) -> dic
 
 def run(jobs: list[str], workers: int, out: Path, work: Path, root: Path = ROOT) -> int:
     """Every job in its own copy of ``root``; the highest exit code (0 when all passed)."""
+    if workers < 1:
+        raise SystemExit(f"--workers: at least 1, got {workers}")
+    try:
+        before = rows_of(root)
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
     out.mkdir(parents=True, exist_ok=True)
     work.mkdir(parents=True, exist_ok=True)
-    before = rows_of(root)
     threads = max(1, (os.cpu_count() or 1) // workers)
     lock = threading.Lock()
     status: list[dict] = [{"job": i, "command": j, "rc": None, "seconds": None} for i, j in enumerate(jobs)]
@@ -87,7 +94,12 @@ def run(jobs: list[str], workers: int, out: Path, work: Path, root: Path = ROOT)
             rc = subprocess.call(["bash", "-c", jobs[i]], cwd=copy, env=env, stdout=log, stderr=subprocess.STDOUT)
         with lock:
             status[i].update(rc=rc, seconds=round(time.perf_counter() - start, 1))
-            for name, rows in new_rows(before, rows_of(copy)).items():
+            try:
+                after = rows_of(copy)
+            except ValueError as e:  # the job broke a results file: say so, keep the other jobs' rows
+                status[i]["error"] = str(e)
+                rc, after = rc or 1, before
+            for name, rows in new_rows(before, after).items():
                 keys = {json.dumps(r, sort_keys=True) for r in gathered.get(name, [])}
                 gathered.setdefault(name, []).extend(r for r in rows if json.dumps(r, sort_keys=True) not in keys)
             publish()
@@ -108,6 +120,9 @@ def merge(path: Path) -> None:
         found = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as e:
         raise SystemExit(f"{path}: not a rows file of parallel.py ({e})") from None
+    if not isinstance(found, dict) or not all(isinstance(v, list) and all(isinstance(r, dict) for r in v)
+                                              for v in found.values()):
+        raise SystemExit(f"{path}: not a rows file of parallel.py (expected {{results file name: [rows]}})")
     for name, rows in found.items():
         upsert(Path(name).stem, rows)
         print(f"{name}: {len(rows)} row(s) merged")
@@ -115,6 +130,8 @@ def merge(path: Path) -> None:
 
 def main() -> None:
     if sys.argv[1:2] == ["merge"]:
+        if len(sys.argv) != 3:
+            raise SystemExit("usage: parallel.py merge ROWS_JSON")
         merge(Path(sys.argv[2]))
         return
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])

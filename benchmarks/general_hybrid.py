@@ -38,9 +38,11 @@ from general import FULL_FT, KEEP, LODO_SETS, NAME, PAGE, ROOT, at_alpha, baseli
 from results_io import RESULTS, machine, upsert, write_block  # noqa: E402
 
 # --lodo: which leave-one-dataset-out models (general_lodo rows of this setting) are the dense member
-SETTINGS = {"main": "zero-shot", "test-as-train": "zero-shot, test-only datasets train", "full-finetune": FULL_FT}
+SETTINGS = {"main": "zero-shot", "test-as-train": "zero-shot, test-only datasets train", "full-finetune": FULL_FT,
+            "full-finetune-lr6e-5": f"{FULL_FT}, lr 6e-5"}  # the last: configs/general.yaml's recipe
 # the generated block of each --lodo setting's hybrid table (the main setting's is "general-hybrid")
-BLOCKS = {SETTINGS["test-as-train"]: "general-hybrid-tat", FULL_FT: "general-hybrid-full-finetune"}
+BLOCKS = {SETTINGS["test-as-train"]: "general-hybrid-tat", FULL_FT: "general-hybrid-full-finetune",
+          SETTINGS["full-finetune-lr6e-5"]: "general-hybrid-full-finetune-lr6e-5"}
 
 
 def members(dataset: str, encoder: Path | None, wise: float | None):
@@ -211,8 +213,18 @@ def render(page: str | Path = PAGE) -> None:
     write_block(page, "general-hybrid", "\n".join(lines))
     for setting, block in BLOCKS.items():
         found = {r["dataset"]: r for r in rows if r["method"] == "hybrid_general" and r["setting"] == setting}
-        if found:
-            write_block(page, block, tat_table(mini, found, rows, w, setting))
+        write_block(page, block, tat_table(mini, found, rows, w, setting) if found else not_measured(setting))
+
+
+def not_measured(setting: str) -> str:
+    """The block of a setting whose models were never here to fuse: how to measure it."""
+    lodo = next(k for k, v in SETTINGS.items() if v == setting)
+    jobs = {"full-finetune-lr6e-5": "benchmarks/device/general_fullft_lr6e-5.jobs"}.get(lodo)
+    how = (f"on a GPU machine, `python benchmarks/device/parallel.py {jobs} --workers 8 --out $OUT` (each job trains "
+           f"one model and fuses it in the same copy)" if jobs else
+           f"`python benchmarks/general_hybrid.py --datasets X --lodo {lodo} --dense general`, in the job that "
+           "trained the models")
+    return f"Not measured yet ({setting.removeprefix('zero-shot, ')}): {how}."
 
 
 def tat_table(mini: dict, gen: dict, rows: list[dict], w: str, setting: str = SETTINGS["test-as-train"]) -> str:

@@ -4,9 +4,12 @@ the rows they added or changed gathered (on a tiny stand-in repository; the jobs
 import json
 import sys
 import tarfile
+from pathlib import Path
 
 import pytest
 from conftest import load_benchmark
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
@@ -89,3 +92,24 @@ def test_a_job_that_breaks_a_results_file_is_marked_and_the_others_rows_kept(par
         parallel.run(jobs, 1, out, tmp_path / "work2", root)
     with pytest.raises(SystemExit, match="--workers: at least 1"):
         parallel.run(jobs, 0, out, tmp_path / "work3", root)
+
+
+JOBS_FILES = sorted((ROOT / "benchmarks" / "device").glob("*.jobs"))
+
+
+@pytest.mark.parametrize("path", JOBS_FILES, ids=[p.name for p in JOBS_FILES])
+def test_committed_jobs_name_scripts_configs_and_settings_that_exist(parallel, path, monkeypatch):
+    """Device time is scarce: a jobs file must not fail on a typo. Every command of every line runs a
+    script that exists, with config files that exist, and a general_hybrid --lodo setting it knows."""
+    import shlex
+
+    hybrid = load_benchmark("general_hybrid", monkeypatch)
+    for job in parallel.read_jobs(path):
+        for command in job.split("&&"):
+            argv = shlex.split(command)
+            assert argv[0] == "python" and (ROOT / argv[1]).is_file(), f"{path.name}: {command}"
+            for i, arg in enumerate(argv):
+                if arg.endswith(".yaml"):
+                    assert (ROOT / arg).is_file(), f"{path.name}: {arg} does not exist"
+                if arg == "--lodo":
+                    assert argv[i + 1] in hybrid.SETTINGS, f"{path.name}: --lodo {argv[i + 1]}"

@@ -214,11 +214,12 @@ def tune_weight(args: argparse.Namespace) -> None:
     cfg = load_config(TrainConfig, [args.run / "config.yaml"])
     ds = prepare_dataset(cfg.data)
     r = toolgraph.load(args.run)
-    if args.first_stage:  # an ensemble first stage: the sum of the members' raw scores (e.g. MLC seeds' logits)
-        from toolgraph.retrieval.pipeline import FusionConfig, FusionRetriever
+    if args.first_stage:  # another first stage; several: the sum of their raw scores (e.g. MLC seeds' logits)
+        from toolgraph.retrieval.pipeline import FusionConfig, FusionRetriever, resolve_retriever
 
-        r.first_stage = FusionRetriever(FusionConfig(members=[str(m) for m in args.first_stage], method="score",
-                                                     normalize="none"))
+        members = [str(m) for m in args.first_stage]
+        r.first_stage = (resolve_retriever(members[0], "--first-stage") if len(members) == 1 else
+                         FusionRetriever(FusionConfig(members=members, method="score", normalize="none")))
         r.first_stage.index(r.tools)
     depth = r.config.depth
     val = ds.split(cfg.data.val_split)
@@ -284,7 +285,7 @@ def main() -> None:
     tw.add_argument("--command", required=True, help="the train.py command(s) that made the run")
     tw.add_argument("--weights", type=float, nargs="+", default=[0.0, 0.5, 1.0, 2.0, 3.0, 4.0, 6.0, 10.0])
     tw.add_argument("--first-stage", type=Path, nargs="+",
-                    help="run or retriever folders whose summed scores replace the run's first stage (an ensemble)")
+                    help="a run or retriever folder that replaces the run's first stage; several: their summed scores (an ensemble)")
     tw.add_argument("--save", type=Path, help="save the tuned pipeline to this folder")
     tw.set_defaults(fn=tune_weight)
     ren = sub.add_parser("render")

@@ -1,11 +1,12 @@
 """Rerankers: the candidate protocol, the ToolRefiner and cross-encoder tasks, pipelines, fusion."""
 
+import argparse
 import random
 import re
 
 import pytest
 import torch
-from conftest import tiny_train_overrides
+from conftest import load_benchmark, tiny_train_overrides
 
 import toolgraph
 from toolgraph.config import EvalConfig, EvaluateConfig, load_config
@@ -182,6 +183,23 @@ def test_pipeline_first_stage_weight_blends_the_two_scores(refiner_run):
         want = {t: float(reranked[row, i] + 0.5 * first.scores[row, i]) for i, t in enumerate(first.ids[row])}
         assert sorted(want, key=lambda t: -want[t]) == got.ids[row]
         assert [want[t] for t in got.ids[row]] == pytest.approx(got.scores[row].tolist(), abs=1e-4)
+
+
+def test_tune_weight_takes_one_first_stage_or_the_sum_of_several(refiner_run, monkeypatch, tmp_path):
+    """benchmarks/usage_rerank.py tune-weight --first-stage: one folder replaces the run's first stage
+    as it is; several are summed. A stage summed with itself doubles its scores, so both rank alike."""
+    module = load_benchmark("usage_rerank", monkeypatch)
+    rows = []
+    monkeypatch.setattr(module, "upsert", lambda name, r: rows.extend(r))
+    monkeypatch.setattr(module, "render", lambda page: None)
+    out, _ = refiner_run
+    stage = out / "retriever" / "first_stage"
+    for stages in ([stage], [stage, stage]):
+        module.tune_weight(argparse.Namespace(run=out, method="refiner+x", setting="t", command="python train.py",
+                                              weights=[0.0, 1e4], first_stage=stages, save=None, page=tmp_path / "p.md"))
+    one, two = rows
+    assert one["first_stage"] == [str(stage)] and two["first_stage"] == [str(stage)] * 2
+    assert one["val_grid"] == two["val_grid"] and one["metrics"] == two["metrics"]
 
 
 def test_refiner_runs_on_deberta_v2(synthetic_dataset_dir, tmp_path_factory, tiny_bert_dir):

@@ -124,6 +124,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if args.checkpoint and not sources:
         sources = [_data_section_of_run(args.checkpoint)]  # evaluate where it was trained, unless told
     cfg = load_config(EvaluateConfig, sources, args.overrides)
+    checkpoint = args.checkpoint or cfg.checkpoint
     if args.out:
         cfg.out = args.out
     if cfg.out:  # before any work: never write into someone else's folder
@@ -131,9 +132,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if args.print_config:
         print(to_yaml(cfg))
     ds = prepare_dataset(cfg.data)
-    if args.checkpoint:
-        retriever = _loading(args.checkpoint, load)
-        name = f"{retriever.name} from {args.checkpoint}"
+    if checkpoint:
+        retriever = _loading(checkpoint, load)
+        name = f"{retriever.name} from {checkpoint}"
+        cfg.checkpoint, cfg.retriever = str(checkpoint), retriever.config  # what ran, not the default section
     else:
         retriever, name = build_retriever(cfg.retriever), cfg.retriever.name
     report = evaluate(retriever, ds, cfg.data.split, cfg.eval)
@@ -147,11 +149,11 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         out.mkdir(parents=True, exist_ok=True)
         retire_results(out)
         write_text_atomic(out / "config.yaml", to_yaml(cfg))
-        if not args.checkpoint:  # what fit() learned (Tool2Vec, LoSemB) loads with toolgraph.load(out/retriever)
+        if not checkpoint:  # what fit() learned (Tool2Vec, LoSemB) loads with toolgraph.load(out/retriever)
             replace_folder(out / "retriever", retriever.save, "--out retriever/")
         write_report(report, out, cfg, ds)
         print(f"wrote {cfg.out}/results.json, rankings.jsonl, curves.png, config.yaml"
-              f"{'' if args.checkpoint else ', retriever/'}")
+              f"{'' if checkpoint else ', retriever/'}")
     return 0
 
 

@@ -283,6 +283,9 @@ class EvaluateConfig:
     retriever: Any = None  # schema chosen by retriever.name (the retriever registry)
     eval: EvalConfig = field(default_factory=EvalConfig)
     out: str | None = None  # results folder
+    # a saved model to evaluate instead of building ``retriever`` (.ckpt, run folder or saved retriever;
+    # evaluate --checkpoint); the results then record the loaded retriever's own config under ``retriever``
+    checkpoint: str | None = None
 
 
 # ---- training -----------------------------------------------------------------------------------

@@ -202,6 +202,26 @@ def test_tune_weight_takes_one_first_stage_or_the_sum_of_several(refiner_run, mo
     assert one["val_grid"] == two["val_grid"] and one["metrics"] == two["metrics"]
 
 
+def test_evaluate_checkpoint_records_what_it_loaded_and_its_config_evaluates_again(refiner_run, tmp_path, capsys):
+    """evaluate --checkpoint: results.json and config.yaml name the loaded pipeline and the checkpoint
+    (not the default BM25 section), report labels it so, and the written config.yaml reruns it."""
+    import json
+
+    from toolgraph.cli import main as cli
+
+    out, _ = refiner_run
+    assert cli(["evaluate", "--checkpoint", str(out), "--out", str(tmp_path / "a")]) == 0
+    res = json.loads((tmp_path / "a" / "results.json").read_text())
+    assert res["config"]["checkpoint"] == str(out) and res["config"]["retriever"]["name"] == "pipeline"
+    assert res["config"]["retriever"]["depth"] == 6
+    capsys.readouterr()
+    assert cli(["report", str(tmp_path / "a")]) == 0
+    assert "pipeline (a)" in capsys.readouterr().out
+    assert cli(["evaluate", "--config", str(tmp_path / "a" / "config.yaml"), "--out", str(tmp_path / "b")]) == 0
+    again = json.loads((tmp_path / "b" / "results.json").read_text())
+    assert again["metrics"] == res["metrics"] and again["config"]["checkpoint"] == str(out)
+
+
 def test_refiner_runs_on_deberta_v2(synthetic_dataset_dir, tmp_path_factory, tiny_bert_dir):
     deberta = _deberta_dir(tmp_path_factory)
     out = tmp_path_factory.mktemp("refiner-deberta")

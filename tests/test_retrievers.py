@@ -159,6 +159,36 @@ def test_a_model_folder_from_outside_travels_with_the_saved_retriever(name, tiny
     assert torch.allclose(Retriever.load(tmp_path / "saved").score(["hotel"]), r.score(["hotel"]), atol=1e-5)
 
 
+@pytest.mark.parametrize("name", ["dense", "tool2vec"])
+def test_a_model_folder_gone_before_saving_is_saved_from_memory_or_refused(name, tiny_bert_dir, tiny_dataset_dir,
+                                                                           tmp_path, monkeypatch):
+    """The model folder moved after the retriever loaded it (a run folder renamed mid-session): the saved
+    retriever carries the encoder it has in memory, instead of naming a path that no longer exists."""
+    import json
+    import shutil
+
+    from toolgraph.errors import ConfigError
+    from toolgraph.retrieval.tool2vec import Tool2VecConfig
+
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(tiny_bert_dir, tmp_path / "runs" / "bi" / "encoder")
+    config = {"dense": DenseConfig, "tool2vec": Tool2VecConfig}[name]
+    r = build_retriever(config(model="runs/bi/encoder", cache_dir=None, progress=False))
+    ds = read_dataset(tiny_dataset_dir)
+    r.fit(ds)
+    r.index(ds.tools)
+    shutil.rmtree(tmp_path / "runs")
+    r.save(tmp_path / "saved")
+    assert json.loads((tmp_path / "saved" / "retriever.json").read_text())["config"]["model"] == "encoder"
+    assert r.config.model == "runs/bi/encoder"
+    loaded = Retriever.load(tmp_path / "saved")
+    loaded.index([*ds.tools, Tool("t9", "play_music", "play a song")])  # encodes every tool again
+    assert torch.allclose(loaded.score(["hotel"])[:, :-1], r.score(["hotel"]), atol=1e-5)
+    r._encoder = None  # as if it had never been loaded: nothing to save, and the error names the path
+    with pytest.raises(ConfigError, match="runs/bi/encoder is not a folder"):
+        r.save(tmp_path / "saved2")
+
+
 def test_dense_add_tools_encodes_only_new(tiny_bert_dir, tiny_dataset_dir, tmp_path):
     r = _dense(tiny_bert_dir, tmp_path)
     r.index(read_dataset(tiny_dataset_dir).tools)

@@ -333,6 +333,9 @@ class TrainerConfig:
     deterministic: bool = False
     enable_progress_bar: bool = True
     num_sanity_val_steps: int = bounded(0, ge=-1)
+    # weights averaged as an exponential moving average (decay per optimizer step; Lightning's
+    # EMAWeightAveraging): validation, checkpoints and the exported retriever use the average
+    ema_decay: float | None = bounded(None, gt=0, lt=1)
 
 
 @dataclass

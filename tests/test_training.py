@@ -230,3 +230,22 @@ def test_export_with_a_graph_writes_a_tgr_folder_that_loads_for_serving(trained,
     assert isinstance(served, TGRRetriever) and served.edges == [("0", "1")] and served.config.boost == 0.5
     assert len(served.retrieve(["weather forecast for the week"], 2).ids[0]) == 2
     assert served._edge_index.shape == (2, 1)  # the boost found its edge among the loaded tools
+
+
+def test_ema_weights_are_validated_checkpointed_and_exported(synthetic_dataset_dir, tiny_bert_dir, tmp_path):
+    """trainer.ema_decay: the checkpoint's state_dict is the moving average (the raw weights kept beside
+    it), and Lightning's test, the checkpoint and the exported folder all rank with the average."""
+    out = tmp_path / "run"
+    cfg = load_config(TrainConfig, [], [*tiny_train_overrides(synthetic_dataset_dir, tiny_bert_dir, out, steps=14),
+                                        "trainer.ema_decay=0.8"])
+    summary = train(cfg)
+    ckpt = torch.load(summary["best_checkpoint"], map_location="cpu", weights_only=True)
+    avg, raw = ckpt["state_dict"], ckpt["current_model_state"]
+    assert avg.keys() == raw.keys() and any(not torch.equal(avg[k], raw[k]) for k in avg)
+    for k in ("recall@1", "recall@3", "ndcg@5"):
+        assert summary["test"][f"test/{k}"] == pytest.approx(summary["metrics"][k], abs=1e-5)
+    q = ["please tell me the weather and the pizza", "please tell me the taxi"]
+    a, b = toolgraph.load(summary["best_checkpoint"]).retrieve(q, 5), toolgraph.load(out).retrieve(q, 5)
+    assert a.ids == b.ids and torch.allclose(a.scores, b.scores, atol=1e-4)
+    with pytest.raises(ConfigError, match="ema_decay"):
+        load_config(TrainConfig, [], ["trainer.ema_decay=1.0"])

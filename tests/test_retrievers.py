@@ -130,21 +130,30 @@ def test_dense_save_load_needs_no_reencoding_of_tools(tiny_bert_dir, tiny_datase
     assert loaded.retrieve(["hotel"], 2).ids == r.retrieve(["hotel"], 2).ids
 
 
+def _indexed_from_run_folder(name, tiny_bert_dir, tiny_dataset_dir, tmp_path, monkeypatch):
+    """A dense or Tool2Vec retriever whose model is another run's folder (runs/bi/encoder, relative to
+    the working directory tmp_path), fitted and indexed on the tiny dataset."""
+    import shutil
+
+    from toolgraph.retrieval.tool2vec import Tool2VecConfig
+
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(tiny_bert_dir, tmp_path / "runs" / "bi" / "encoder")
+    config = {"dense": DenseConfig, "tool2vec": Tool2VecConfig}[name]
+    r = build_retriever(config(model="runs/bi/encoder", cache_dir=None, progress=False))
+    ds = read_dataset(tiny_dataset_dir)
+    r.fit(ds)
+    r.index(ds.tools)
+    return r, ds
+
+
 @pytest.mark.parametrize("name", ["dense", "tool2vec"])
 def test_a_model_folder_from_outside_travels_with_the_saved_retriever(name, tiny_bert_dir, tiny_dataset_dir,
                                                                       tmp_path, monkeypatch):
     import json
     import shutil
 
-    monkeypatch.chdir(tmp_path)
-    shutil.copytree(tiny_bert_dir, tmp_path / "runs" / "bi" / "encoder")
-    from toolgraph.retrieval.tool2vec import Tool2VecConfig
-
-    config = {"dense": DenseConfig, "tool2vec": Tool2VecConfig}[name]
-    r = build_retriever(config(model="runs/bi/encoder", cache_dir=None, progress=False))
-    ds = read_dataset(tiny_dataset_dir)
-    r.fit(ds)
-    r.index(ds.tools)
+    r, ds = _indexed_from_run_folder(name, tiny_bert_dir, tiny_dataset_dir, tmp_path, monkeypatch)
     r.save(tmp_path / "saved")
     assert r.config.model == "runs/bi/encoder"  # the live retriever is unchanged
     assert json.loads((tmp_path / "saved" / "retriever.json").read_text())["config"]["model"] == "encoder"
@@ -168,15 +177,8 @@ def test_a_model_folder_gone_before_saving_is_saved_from_memory_or_refused(name,
     import shutil
 
     from toolgraph.errors import ConfigError
-    from toolgraph.retrieval.tool2vec import Tool2VecConfig
 
-    monkeypatch.chdir(tmp_path)
-    shutil.copytree(tiny_bert_dir, tmp_path / "runs" / "bi" / "encoder")
-    config = {"dense": DenseConfig, "tool2vec": Tool2VecConfig}[name]
-    r = build_retriever(config(model="runs/bi/encoder", cache_dir=None, progress=False))
-    ds = read_dataset(tiny_dataset_dir)
-    r.fit(ds)
-    r.index(ds.tools)
+    r, ds = _indexed_from_run_folder(name, tiny_bert_dir, tiny_dataset_dir, tmp_path, monkeypatch)
     shutil.rmtree(tmp_path / "runs")
     r.save(tmp_path / "saved")
     assert json.loads((tmp_path / "saved" / "retriever.json").read_text())["config"]["model"] == "encoder"

@@ -191,6 +191,17 @@ def test_a_model_folder_gone_before_saving_is_saved_from_memory_or_refused(name,
         r.save(tmp_path / "saved2")
 
 
+def test_a_hugging_face_name_with_a_slash_is_saved_by_name(tiny_dataset_dir, tmp_path):
+    """``org/name`` found by name (here MiniLM's hub id) is not a moved folder: saved as it is, not copied."""
+    import json
+
+    r = build_retriever(DenseConfig(model="sentence-transformers/all-MiniLM-L6-v2", cache_dir=None, progress=False))
+    r.index(read_dataset(tiny_dataset_dir).tools)
+    r.save(tmp_path / "saved")
+    saved = json.loads((tmp_path / "saved" / "retriever.json").read_text())["config"]["model"]
+    assert saved == "sentence-transformers/all-MiniLM-L6-v2" and not (tmp_path / "saved" / "encoder").exists()
+
+
 def test_dense_add_tools_encodes_only_new(tiny_bert_dir, tiny_dataset_dir, tmp_path):
     r = _dense(tiny_bert_dir, tmp_path)
     r.index(read_dataset(tiny_dataset_dir).tools)

@@ -19,9 +19,9 @@ import torch
 from safetensors.torch import save_file
 
 from toolgraph.config import ToolText, bounded
-from toolgraph.errors import ConfigError
+from toolgraph.errors import ConfigError, ModelNotFoundError
 from toolgraph.nn.encoder import _MINILM as _NAMED
-from toolgraph.nn.encoder import TextEncoder, check_encoder_folder, load_backbone, model_prompts
+from toolgraph.nn.encoder import TextEncoder, check_encoder_folder, load_backbone, model_prompts, resolve_model
 from toolgraph.nn.storage import read_matrix
 from toolgraph.registry import RETRIEVERS
 from toolgraph.retrieval.base import Retriever, RetrieverConfig
@@ -182,22 +182,18 @@ class DenseRetriever(Retriever):
         run's encoder, ``runs/bi_encoder/retriever/encoder``) is copied in as ``encoder/`` and the saved
         config names that, so the folder loads and re-indexes from anywhere, the run folder moved or gone."""
         source = self._outside_model()
-        if source is None and self._model_gone():  # the folder moved after loading: save what is in memory
-            own = self.config.query_prefix is not None and self.config.doc_prefix is not None
+        if source is None or (not source.is_dir() and self._hub_model()):
+            return super().save(folder)
+        spec = self.config
+        if source.is_dir():
+            self._model_source = source
+            self._prompts = self._prompts if self._prompts is not None else model_prompts(str(source))
+        else:  # the folder moved after loading: _save_encoder exports the encoder held in memory
+            own = spec.query_prefix is not None and spec.doc_prefix is not None
             if self._encoder is None or (self._prompts is None and not own):
-                raise ConfigError(f"retriever.model: {self.config.model} is not a folder (moved or deleted?) and the "
+                raise ConfigError(f"retriever.model: {spec.model} is not a folder (moved or deleted?) and the "
                                   "encoder was never loaded, so the saved retriever could not re-index: give the "
                                   "model's current path")
-            spec = self.config
-            self.config = replace(spec, model=SAVED_ENCODER)  # _save_encoder exports the in-memory encoder
-            try:
-                return super().save(folder)
-            finally:
-                self.config = spec
-        if source is None:
-            return super().save(folder)
-        spec, self._model_source = self.config, source
-        self._prompts = self._prompts if self._prompts is not None else model_prompts(str(source))
         self.config = replace(spec, model=SAVED_ENCODER)
         try:
             return super().save(folder)
@@ -205,19 +201,20 @@ class DenseRetriever(Retriever):
             self.config, self._model_source = spec, None
 
     def _outside_model(self) -> Path | None:
-        """The folder ``config.model`` names when it is a path (not a bare name) outside any saved folder."""
+        """The folder ``config.model`` names when it is a path (not a bare name) outside any saved folder,
+        whether or not it is still there."""
         model = self.config.model
         if ("/" not in model and "\\" not in model) or (self._base_dir is not None and (self._base_dir / model).is_dir()):
             return None
-        return Path(model) if Path(model).is_dir() else None
+        return Path(model)
 
-    def _model_gone(self) -> bool:
-        """``config.model`` is a path (not a bare name) that is neither a folder nor one inside the
-        folder this retriever was loaded from: saving its name would leave a retriever that cannot re-index."""
-        model = self.config.model
-        if "/" not in model and "\\" not in model:
+    def _hub_model(self) -> bool:
+        """``config.model`` resolves as a Hugging Face name (``org/name`` in the local cache): kept by name."""
+        try:
+            resolve_model(self.config.model)
+        except ModelNotFoundError:
             return False
-        return not Path(model).is_dir() and not (self._base_dir is not None and (self._base_dir / model).is_dir())
+        return True
 
     def _save_encoder(self, folder: Path) -> None:
         """A model named by a folder relative to the saved retriever travels with it (e.g. a loaded

@@ -23,6 +23,7 @@ from typing import Any
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback, EMAWeightAveraging, LearningRateMonitor, ModelCheckpoint
+from lightning.pytorch.trainer.states import TrainerFn
 
 from toolgraph.config import TrainConfig, config_from_dict, to_dict, to_yaml
 from toolgraph.errors import ConfigError
@@ -95,6 +96,16 @@ def build_loggers(cfg: TrainConfig, out: Path) -> list:
     return loggers
 
 
+class EMAWeights(EMAWeightAveraging):
+    """Lightning's EMA callback, except that a checkpoint loaded to test keeps its state_dict, the
+    average: Lightning's own puts the raw weights (``current_model_state``) back whenever the trainer
+    that fitted loads a checkpoint, which is right for resuming and wrong for testing the best one."""
+
+    def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
+        if trainer.state.fn == TrainerFn.FITTING:
+            super().on_load_checkpoint(trainer, pl_module, checkpoint)
+
+
 def build_trainer(cfg: TrainConfig, out: Path) -> L.Trainer:
     t = cfg.trainer
     logged = TASKS.get(cfg.model.name).monitorable(cfg)
@@ -113,8 +124,8 @@ def build_trainer(cfg: TrainConfig, out: Path) -> L.Trainer:
     if every:  # last.ckpt every N steps, so a crash loses at most N steps
         callbacks.append(ModelCheckpoint(dirpath=str(out / "checkpoints"), every_n_train_steps=every,
                                          save_top_k=0, save_last=True))
-    if t.ema_decay:  # after the checkpoint callback in the list; Lightning saves the average as state_dict
-        callbacks.append(EMAWeightAveraging(decay=t.ema_decay))
+    if t.ema_decay:  # Lightning saves the average as the checkpoint's state_dict
+        callbacks.append(EMAWeights(decay=t.ema_decay))
     loggers = build_loggers(cfg, out)
     if loggers:
         callbacks.append(LearningRateMonitor(logging_interval="step"))
@@ -211,13 +222,8 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                                **throughput(trainer, cfg, fit_seconds)}
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
     if cfg.test:
-        tested_path = best or None
-        if best and cfg.trainer.ema_decay:  # Lightning's EMA callback restores the raw weights from a checkpoint
-            # (to resume training); test the average, the checkpoint's state_dict, as the export below does
-            task.load_state_dict(torch.load(best, map_location="cpu", weights_only=True)["state_dict"])
-            tested_path = None
         with sigterm_deferred():
-            tested = trainer.test(task, datamodule=dm, ckpt_path=tested_path, verbose=trainer.is_global_zero,
+            tested = trainer.test(task, datamodule=dm, ckpt_path=best or None, verbose=trainer.is_global_zero,
                                   weights_only=True)
         summary["test"] = tested[0] if tested else {}
     summary["best_checkpoint"] = best

@@ -43,6 +43,8 @@ SETTINGS = {"main": "zero-shot", "test-as-train": "zero-shot, test-only datasets
 # the generated block of each --lodo setting's hybrid table (the main setting's is "general-hybrid")
 BLOCKS = {SETTINGS["test-as-train"]: "general-hybrid-tat", FULL_FT: "general-hybrid-full-finetune",
           SETTINGS["full-finetune-lr6e-5"]: "general-hybrid-full-finetune-lr6e-5"}
+# the jobs file that trains a setting's models and fuses each in the same job (the models stay on the GPU machine)
+JOBS = {SETTINGS["full-finetune-lr6e-5"]: "benchmarks/device/general_fullft_lr6e-5.jobs"}
 
 
 def members(dataset: str, encoder: Path | None, wise: float | None):
@@ -219,9 +221,8 @@ def render(page: str | Path = PAGE) -> None:
 def not_measured(setting: str) -> str:
     """The block of a setting whose models were never here to fuse: how to measure it."""
     lodo = next(k for k, v in SETTINGS.items() if v == setting)
-    jobs = {"full-finetune-lr6e-5": "benchmarks/device/general_fullft_lr6e-5.jobs"}.get(lodo)
-    how = (f"on a GPU machine, `python benchmarks/device/parallel.py {jobs} --workers 8 --out $OUT` (each job trains "
-           f"one model and fuses it in the same copy)" if jobs else
+    how = (f"on a GPU machine, `python benchmarks/device/parallel.py {JOBS[setting]} --workers 8 --out $OUT` (each job "
+           "trains one model and fuses it in the same copy)" if setting in JOBS else
            f"`python benchmarks/general_hybrid.py --datasets X --lodo {lodo} --dense general`, in the job that "
            "trained the models")
     return f"Not measured yet ({setting.removeprefix('zero-shot, ')}): {how}."

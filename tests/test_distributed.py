@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import tiny_train_overrides
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,6 +46,27 @@ def test_lightning_ddp_two_cpu_devices(synthetic_dataset_dir, tiny_bert_dir, tmp
     assert "distributed_backend=gloo" in proc.stderr + proc.stdout
     assert "GLOBAL_RANK: 1, MEMBER: 2/2" in proc.stderr + proc.stdout
     _check_run(out, 8)
+
+
+@pytest.mark.distributed
+def test_ema_weights_under_ddp(synthetic_dataset_dir, tiny_bert_dir, tmp_path):
+    """trainer.ema_decay over 2 gloo ranks: the checkpoint holds the average beside the raw weights,
+    and the Lightning test (sharded over both ranks) ranks with the average, as the export does."""
+    out = tmp_path / "ema"
+    over = tiny_train_overrides(synthetic_dataset_dir, tiny_bert_dir, out, steps=8)
+    over = [o for o in over if not o.startswith(("trainer.devices", "trainer.val_check_interval"))]
+    over += ["trainer.devices=2", "trainer.strategy=ddp", "trainer.val_check_interval=4", "trainer.ema_decay=0.8"]
+    proc = subprocess.run([sys.executable, str(ROOT / "train.py"), *over], env=_env(), capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "GLOBAL_RANK: 1, MEMBER: 2/2" in proc.stderr + proc.stdout
+    _check_run(out, 8)
+    res = json.loads((out / "results.json").read_text())
+    ckpt = torch.load(res["training"]["best_checkpoint"], map_location="cpu", weights_only=True)
+    avg, raw = ckpt["state_dict"], ckpt["current_model_state"]
+    assert avg.keys() == raw.keys() and any(not torch.equal(avg[k], raw[k]) for k in avg)
+    for k in ("recall@1", "recall@3", "ndcg@5"):
+        assert res["training"]["test"][f"test/{k}"] == pytest.approx(res["metrics"][k], abs=1e-5)
 
 
 @pytest.mark.distributed

@@ -34,18 +34,27 @@ def _check_run(out: Path, steps: int) -> None:
     assert (out / "retriever" / "retriever.json").exists()
 
 
+def _train_ddp(over: list[str], out: Path, steps: int) -> str:
+    """train.py over 2 gloo ranks (Lightning DDP on CPU); checks the run and returns its log."""
+    proc = subprocess.run([sys.executable, str(ROOT / "train.py"), *over, "trainer.devices=2", "trainer.strategy=ddp",
+                           f"trainer.val_check_interval={steps // 2}"], env=_env(), capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    log = proc.stderr + proc.stdout
+    assert "GLOBAL_RANK: 1, MEMBER: 2/2" in log
+    _check_run(out, steps)
+    return log
+
+
+def _tiny(synthetic_dataset_dir, tiny_bert_dir, out: Path, steps: int, drop: tuple[str, ...] = ()) -> list[str]:
+    return [o for o in tiny_train_overrides(synthetic_dataset_dir, tiny_bert_dir, out, steps=steps)
+            if not o.startswith(("trainer.devices", "trainer.val_check_interval", *drop))]
+
+
 @pytest.mark.distributed
 def test_lightning_ddp_two_cpu_devices(synthetic_dataset_dir, tiny_bert_dir, tmp_path):
     out = tmp_path / "ddp"
-    over = tiny_train_overrides(synthetic_dataset_dir, tiny_bert_dir, out, steps=8)
-    over = [o for o in over if not o.startswith(("trainer.devices", "trainer.val_check_interval"))]
-    over += ["trainer.devices=2", "trainer.strategy=ddp", "trainer.val_check_interval=4"]
-    proc = subprocess.run([sys.executable, str(ROOT / "train.py"), *over], env=_env(), capture_output=True,
-                          text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "distributed_backend=gloo" in proc.stderr + proc.stdout
-    assert "GLOBAL_RANK: 1, MEMBER: 2/2" in proc.stderr + proc.stdout
-    _check_run(out, 8)
+    assert "distributed_backend=gloo" in _train_ddp(_tiny(synthetic_dataset_dir, tiny_bert_dir, out, 8), out, 8)
 
 
 @pytest.mark.distributed
@@ -53,14 +62,7 @@ def test_ema_weights_under_ddp(synthetic_dataset_dir, tiny_bert_dir, tmp_path):
     """trainer.ema_decay over 2 gloo ranks: the checkpoint holds the average beside the raw weights,
     and the Lightning test (sharded over both ranks) ranks with the average, as the export does."""
     out = tmp_path / "ema"
-    over = tiny_train_overrides(synthetic_dataset_dir, tiny_bert_dir, out, steps=8)
-    over = [o for o in over if not o.startswith(("trainer.devices", "trainer.val_check_interval"))]
-    over += ["trainer.devices=2", "trainer.strategy=ddp", "trainer.val_check_interval=4", "trainer.ema_decay=0.8"]
-    proc = subprocess.run([sys.executable, str(ROOT / "train.py"), *over], env=_env(), capture_output=True,
-                          text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "GLOBAL_RANK: 1, MEMBER: 2/2" in proc.stderr + proc.stdout
-    _check_run(out, 8)
+    _train_ddp([*_tiny(synthetic_dataset_dir, tiny_bert_dir, out, 8), "trainer.ema_decay=0.8"], out, 8)
     res = json.loads((out / "results.json").read_text())
     ckpt = torch.load(res["training"]["best_checkpoint"], map_location="cpu", weights_only=True)
     avg, raw = ckpt["state_dict"], ckpt["current_model_state"]
@@ -72,8 +74,7 @@ def test_ema_weights_under_ddp(synthetic_dataset_dir, tiny_bert_dir, tmp_path):
 @pytest.mark.distributed
 def test_torchrun_two_nodes_on_localhost(synthetic_dataset_dir, tiny_bert_dir, tmp_path):
     out = tmp_path / "nodes"
-    over = tiny_train_overrides(synthetic_dataset_dir, tiny_bert_dir, out, steps=8)
-    over = [o for o in over if not o.startswith(("trainer.devices", "trainer.val_check_interval"))]
+    over = _tiny(synthetic_dataset_dir, tiny_bert_dir, out, 8)
     over += ["trainer.devices=1", "trainer.num_nodes=2", "trainer.strategy=ddp", "trainer.val_check_interval=4"]
     port = _port()
     procs = []
@@ -94,18 +95,12 @@ def test_label_and_rerank_tasks_under_ddp(task, synthetic_dataset_dir, tiny_bert
     """Shuffled label batches, first-stage candidates and full-batch GNN training (GAT through
     to_hetero, every rank holding the whole graph) sharded over 2 gloo ranks."""
     out = tmp_path / task
-    over = [o for o in tiny_train_overrides(synthetic_dataset_dir, tiny_bert_dir, out, steps=6)
-            if not o.startswith(("model.", "trainer.devices", "trainer.val_check_interval"))]
-    over += ["trainer.devices=2", "trainer.strategy=ddp", "trainer.val_check_interval=3", f"model.name={task}",
-             f"model.encoder={tiny_bert_dir}"]
+    over = [*_tiny(synthetic_dataset_dir, tiny_bert_dir, out, 6, ("model.",)), f"model.name={task}",
+            f"model.encoder={tiny_bert_dir}"]
     if task == "refiner":
         over += ["model.first_stage=bm25", "model.vectors=description", f"model.vector_encoder={tiny_bert_dir}",
                  "model.cache_dir=null", "model.candidates=6"]
-    proc = subprocess.run([sys.executable, str(ROOT / "train.py"), *over], env=_env(), capture_output=True,
-                          text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "GLOBAL_RANK: 1, MEMBER: 2/2" in proc.stderr + proc.stdout
-    _check_run(out, 6)
+    _train_ddp(over, out, 6)
     res = json.loads((out / "results.json").read_text())
     # the Lightning test (queries sharded over 2 ranks, metric states summed) equals the exported evaluation
     assert res["training"]["test"]["test/recall@3"] == pytest.approx(res["metrics"]["recall@3"], abs=1e-5)

@@ -27,23 +27,27 @@ def _env() -> dict:
     return env
 
 
-def _check_run(out: Path, steps: int) -> None:
+def _check_run(out: Path, steps: int) -> dict:
+    """The run's results.json: all steps ran, the retriever was exported, and the Lightning test (queries
+    sharded over the ranks, metric states summed) equals the exported evaluation."""
     res = json.loads((out / "results.json").read_text())
     assert res["training"]["global_step"] == steps
     assert res["dataset"]["queries"]["test"] == 40 and 0 <= res["metrics"]["recall@5"] <= 1
     assert (out / "retriever" / "retriever.json").exists()
+    for k in ("recall@1", "recall@3", "ndcg@5"):
+        assert res["training"]["test"][f"test/{k}"] == pytest.approx(res["metrics"][k], abs=1e-5)
+    return res
 
 
-def _train_ddp(over: list[str], out: Path, steps: int) -> str:
-    """train.py over 2 gloo ranks (Lightning DDP on CPU); checks the run and returns its log."""
+def _train_ddp(over: list[str], out: Path, steps: int) -> tuple[str, dict]:
+    """train.py over 2 gloo ranks (Lightning DDP on CPU); checks the run, returns its log and results."""
     proc = subprocess.run([sys.executable, str(ROOT / "train.py"), *over, "trainer.devices=2", "trainer.strategy=ddp",
                            f"trainer.val_check_interval={steps // 2}"], env=_env(), capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     log = proc.stderr + proc.stdout
     assert "GLOBAL_RANK: 1, MEMBER: 2/2" in log
-    _check_run(out, steps)
-    return log
+    return log, _check_run(out, steps)
 
 
 def _tiny(synthetic_dataset_dir, tiny_bert_dir, out: Path, steps: int, drop: tuple[str, ...] = ()) -> list[str]:
@@ -54,7 +58,8 @@ def _tiny(synthetic_dataset_dir, tiny_bert_dir, out: Path, steps: int, drop: tup
 @pytest.mark.distributed
 def test_lightning_ddp_two_cpu_devices(synthetic_dataset_dir, tiny_bert_dir, tmp_path):
     out = tmp_path / "ddp"
-    assert "distributed_backend=gloo" in _train_ddp(_tiny(synthetic_dataset_dir, tiny_bert_dir, out, 8), out, 8)
+    log, _ = _train_ddp(_tiny(synthetic_dataset_dir, tiny_bert_dir, out, 8), out, 8)
+    assert "distributed_backend=gloo" in log
 
 
 @pytest.mark.distributed
@@ -62,13 +67,10 @@ def test_ema_weights_under_ddp(synthetic_dataset_dir, tiny_bert_dir, tmp_path):
     """trainer.ema_decay over 2 gloo ranks: the checkpoint holds the average beside the raw weights,
     and the Lightning test (sharded over both ranks) ranks with the average, as the export does."""
     out = tmp_path / "ema"
-    _train_ddp([*_tiny(synthetic_dataset_dir, tiny_bert_dir, out, 8), "trainer.ema_decay=0.8"], out, 8)
-    res = json.loads((out / "results.json").read_text())
+    _, res = _train_ddp([*_tiny(synthetic_dataset_dir, tiny_bert_dir, out, 8), "trainer.ema_decay=0.8"], out, 8)
     ckpt = torch.load(res["training"]["best_checkpoint"], map_location="cpu", weights_only=True)
     avg, raw = ckpt["state_dict"], ckpt["current_model_state"]
     assert avg.keys() == raw.keys() and any(not torch.equal(avg[k], raw[k]) for k in avg)
-    for k in ("recall@1", "recall@3", "ndcg@5"):
-        assert res["training"]["test"][f"test/{k}"] == pytest.approx(res["metrics"][k], abs=1e-5)
 
 
 @pytest.mark.distributed
@@ -101,9 +103,6 @@ def test_label_and_rerank_tasks_under_ddp(task, synthetic_dataset_dir, tiny_bert
         over += ["model.first_stage=bm25", "model.vectors=description", f"model.vector_encoder={tiny_bert_dir}",
                  "model.cache_dir=null", "model.candidates=6"]
     _train_ddp(over, out, 6)
-    res = json.loads((out / "results.json").read_text())
-    # the Lightning test (queries sharded over 2 ranks, metric states summed) equals the exported evaluation
-    assert res["training"]["test"]["test/recall@3"] == pytest.approx(res["metrics"]["recall@3"], abs=1e-5)
 
 
 @pytest.mark.distributed

@@ -1,5 +1,5 @@
 """One small in-memory retriever of every kind that stores tensors when saved (dense, Tool2Vec,
-t2a, MLC, GNN, LoSemB, refiner), built on the tiny random BERT; their saved folders hold everything
+query neighbours, t2a, MLC, GNN, LoSemB, refiner), built on the tiny random BERT; their saved folders hold everything
 they load (exported encoders included), so a test may damage any file of them. Used by
 test_no_mmap.py and test_load_checks.py."""
 
@@ -22,7 +22,7 @@ TOOLS = [
     Tool("t6", "air_quality", "air quality index of a city", "weather"),
 ]
 
-KINDS = ["dense", "tool2vec", "t2a", "mlc", "gnn", "losemb", "refiner"]
+KINDS = ["dense", "tool2vec", "query_knn", "t2a", "mlc", "gnn", "losemb", "refiner"]
 
 
 def _encoder(tiny_bert_dir: Path, normalize: bool = True):
@@ -51,6 +51,10 @@ def build(kind: str, tiny_bert_dir: Path, cache_dir: str | None = None):
     elif kind == "tool2vec":
         r = _dense(tiny_bert_dir, cache_dir, "tool2vec")
         r.usage = {"t1": ["is it going to rain"], "t4": ["how many euros is 10 dollars"]}
+    elif kind == "query_knn":
+        r = _dense(tiny_bert_dir, cache_dir, "query_knn", neighbors=2)
+        r.examples = [("is it going to rain", ["t1", "t6"]), ("how many euros is 10 dollars", ["t4"]),
+                      ("a room in paris", ["t3"])]
     elif kind == "t2a":
         from toolgraph.retrieval.agents import AgentRetrieverConfig, ToolToAgentRetriever
 
@@ -97,6 +101,7 @@ def build(kind: str, tiny_bert_dir: Path, cache_dir: str | None = None):
 VECTOR_FILES = {
     "dense": ("tool_vectors.safetensors", "tool_vectors"),
     "tool2vec": ("tool_vectors.safetensors", "tool_vectors"),
+    "query_knn": ("tool_vectors.safetensors", "tool_vectors"),
     "t2a": ("entity_vectors.safetensors", "tool_vectors"),
     "mlc": ("head.safetensors", "weight"),
     "gnn": ("graph_tools.safetensors", "vectors"),

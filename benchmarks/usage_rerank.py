@@ -259,6 +259,70 @@ def tune_weight(args: argparse.Namespace) -> None:
           f"{m['recall@3']:.4f} R@5 {m['recall@5']:.4f} R@7 {m['recall@7']:.4f}")
 
 
+def tune_knn(args: argparse.Namespace) -> None:
+    """A first stage (an MLC run) fused with query neighbours (``query_knn`` over ``--encoder``):
+    first-stage score + w x neighbour votes, ``neighbors`` and w chosen on the run's val split (best val
+    R@5, then R@3, then fewer neighbours and the smaller weight), then tested once; saved as one
+    ``fusion`` retriever folder (``--save``) that a reranker can take as its first stage."""
+    import toolgraph
+    from toolgraph.config import EvalConfig, load_config
+    from toolgraph.data import prepare_dataset
+    from toolgraph.evaluation import evaluate
+    from toolgraph.metrics import compute
+    from toolgraph.retrieval.pipeline import FusionConfig, FusionRetriever
+    from toolgraph.retrieval.query_knn import QueryKNNConfig, QueryKNNRetriever
+    from toolgraph.training import TrainConfig
+
+    cfg = load_config(TrainConfig, [args.run / "config.yaml"])
+    ds = prepare_dataset(cfg.data)
+    base = toolgraph.load(args.run)
+    base.index(ds.tools)
+    knn = QueryKNNRetriever(QueryKNNConfig(model=str(args.encoder), max_length=cfg.data.max_tool_length,
+                                           query_max_length=cfg.data.eval_max_query_length, progress=False,
+                                           cache_dir=args.cache_dir))
+    t0 = time.perf_counter()
+    knn.fit(ds)
+    knn.index(ds.tools)
+    val = ds.split(cfg.data.val_split)
+    texts, gold = [q.text for q in val], [q.tools for q in val]
+    s_base = base.score(texts)
+    order = [[t.id for t in base.tools].index(t.id) for t in knn.tools]  # base's columns in knn's tool order
+    s_base = s_base[:, order]
+    grid = []
+    for k in args.neighbors:
+        knn.config.neighbors = k
+        s_knn = knn.score(texts)
+        for w in args.weights:
+            top = (s_base + w * s_knn).topk(7, dim=1).indices.tolist()
+            m = compute([[knn.tools[i].id for i in row] for row in top], gold, [3, 5, 7])
+            grid.append({"neighbors": k, "weight": w, **{n: round(float(m[n]), 4) for n in ("recall@3", "recall@5")}})
+            print(f"val k={k} w={w:g}: R@3 {grid[-1]['recall@3']:.4f} R@5 {grid[-1]['recall@5']:.4f}", flush=True)
+    best = max(grid, key=lambda g: (g["recall@5"], g["recall@3"], -g["neighbors"], -g["weight"]))
+    tune_seconds = time.perf_counter() - t0
+    knn.config.neighbors = best["neighbors"]
+    fused = FusionRetriever(FusionConfig(members=[str(args.run), "query_knn"], weights=[1.0, best["weight"]],
+                                         method="score", normalize="none"), members=[base, knn])
+    report = evaluate(fused, ds, "test", EvalConfig(ks=[1, 3, 5, 7, 10]))
+    if args.save:
+        fused.save(args.save)
+    alone = evaluate(base, ds, "test", EvalConfig(ks=[3, 5])).metrics
+    res = json.loads((args.run / "results.json").read_text())
+    tr = res.get("training", {})
+    row = {"method": args.method, "dataset": cfg.data.name, "split": "test", "setting": args.setting,
+           "encoder": Path(str(cfg.model.encoder)).name, "queries": len(ds.split("test")),
+           "metrics": {k: round(v, 4) for k, v in report.metrics.items()},
+           "command": f"{args.command}; python benchmarks/usage_rerank.py tune-knn {args.run} --encoder {args.encoder}",
+           "neighbors": best["neighbors"], "knn_weight": best["weight"], "val_grid": grid,
+           "tune_seconds": round(tune_seconds, 1), "training_steps": tr.get("global_step"),
+           "seconds": round(tr.get("train_seconds", tr.get("seconds", 0))), "train_seconds": tr.get("train_seconds"),
+           "device": tr.get("device"), "machine": machine()}
+    upsert(NAME, [row])
+    render(page=args.page)
+    m = row["metrics"]
+    print(f"{args.method} {args.setting}: k={best['neighbors']} w={best['weight']:g} (val R@5 {best['recall@5']:.4f}); "
+          f"test R@3 {m['recall@3']:.4f} R@5 {m['recall@5']:.4f} (first stage alone {alone['recall@5']:.4f})")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -288,6 +352,17 @@ def main() -> None:
                     help="a run or retriever folder that replaces the run's first stage; several: their summed scores (an ensemble)")
     tw.add_argument("--save", type=Path, help="save the tuned pipeline to this folder")
     tw.set_defaults(fn=tune_weight)
+    tk = sub.add_parser("tune-knn")
+    tk.add_argument("run", type=Path, help="the first stage: an MLC run folder")
+    tk.add_argument("--encoder", type=Path, required=True, help="the query encoder of the neighbours (a model folder)")
+    tk.add_argument("--method", default="mlc+knn")
+    tk.add_argument("--setting", required=True)
+    tk.add_argument("--command", required=True, help="the train.py command(s) that made the run")
+    tk.add_argument("--neighbors", type=int, nargs="+", default=[5, 10, 20, 50])
+    tk.add_argument("--weights", type=float, nargs="+", default=[0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0])
+    tk.add_argument("--save", type=Path, help="save the tuned fusion to this folder")
+    tk.add_argument("--cache-dir", default=".cache/embeddings", help="the neighbours' embedding cache")
+    tk.set_defaults(fn=tune_knn)
     ren = sub.add_parser("render")
     ren.set_defaults(fn=lambda a: render(page=a.page))
     for sp in sub.choices.values():

@@ -10,6 +10,7 @@ from conftest import load_benchmark, tiny_train_overrides
 
 import toolgraph
 from toolgraph.config import EvalConfig, EvaluateConfig, load_config
+from toolgraph.data import prepare_dataset
 from toolgraph.data.formats import read_dataset
 from toolgraph.data.rerank import RerankCollator, select_candidates
 from toolgraph.data.schema import Query, Tool, ToolDataset
@@ -200,6 +201,30 @@ def test_tune_weight_takes_one_first_stage_or_the_sum_of_several(refiner_run, mo
     one, two = rows
     assert one["first_stage"] == [str(stage)] and two["first_stage"] == [str(stage)] * 2
     assert one["val_grid"] == two["val_grid"] and one["metrics"] == two["metrics"]
+
+
+def test_tune_knn_picks_neighbours_and_weight_on_val_and_saves_the_fusion_it_tested(refiner_run, tiny_bert_dir,
+                                                                                      monkeypatch, tmp_path):
+    """benchmarks/usage_rerank.py tune-knn: first stage + w x query-neighbour votes, (k, w) the best of
+    the val grid; the saved fusion folder ranks test as the row says; w = 0 is the first stage alone."""
+    module = load_benchmark("usage_rerank", monkeypatch)
+    rows = []
+    monkeypatch.setattr(module, "upsert", lambda name, r: rows.extend(r))
+    monkeypatch.setattr(module, "render", lambda page: None)
+    out, summary = refiner_run
+    for weights, save in (([0.0], None), ([0.0, 0.5, 50.0], tmp_path / "fused")):
+        module.tune_knn(argparse.Namespace(run=out, encoder=tiny_bert_dir, method="x+knn", setting="t",
+                                           command="python train.py", neighbors=[1, 5], weights=weights,
+                                           save=save, cache_dir=str(tmp_path / "cache"), page=tmp_path / "p.md"))
+    alone, tuned = rows
+    assert alone["metrics"]["recall@5"] == pytest.approx(summary["metrics"]["recall@5"], abs=1e-4)
+    best = max(tuned["val_grid"], key=lambda g: (g["recall@5"], g["recall@3"], -g["neighbors"], -g["weight"]))
+    assert (tuned["neighbors"], tuned["knn_weight"]) == (best["neighbors"], best["weight"])
+    fused = toolgraph.load(tmp_path / "fused")
+    assert fused.config.weights == [1.0, best["weight"]] and fused.members[1].config.neighbors == best["neighbors"]
+    ds = prepare_dataset(load_config(TrainConfig, [out / "config.yaml"]).data)
+    again = evaluate(fused, ds, "test", EvalConfig(ks=[3, 5]))
+    assert again.metrics["recall@5"] == pytest.approx(tuned["metrics"]["recall@5"], abs=1e-5)
 
 
 def test_evaluate_checkpoint_records_what_it_loaded_and_its_config_evaluates_again(refiner_run, tmp_path, capsys):

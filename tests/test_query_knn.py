@@ -70,6 +70,9 @@ def test_evaluate_fits_it_and_a_saved_folder_votes_without_the_dataset(tiny_bert
     r = _knn(tiny_bert_dir)
     report = evaluate(r, ds, "test", EvalConfig(ks=[1, 5]))
     assert r.examples and report.metrics["recall@5"] > 0
+    vectors = r.example_vectors
+    evaluate(r, ds, "val", EvalConfig(ks=[5]))  # fits again on the same training queries: nothing re-encoded
+    assert r.example_vectors is vectors
     folder = r.save(tmp_path / "knn")
     back = toolgraph.load(folder)
     q = [x.text for x in ds.split("test")[:5]]

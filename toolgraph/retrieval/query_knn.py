@@ -56,9 +56,11 @@ class QueryKNNRetriever(DenseRetriever):
         self._example_tools = torch.zeros(0, 0, dtype=torch.long)  # [E, G] catalog positions, -1 padded
 
     def fit(self, dataset: ToolDataset) -> None:
-        self.examples = [(q.text, list(q.tools)) for split in self.config.usage_splits for q in dataset.split(split)
-                         if q.tools]
-        self.example_vectors = torch.zeros(0, 0)
+        examples = [(q.text, list(q.tools)) for split in self.config.usage_splits for q in dataset.split(split)
+                    if q.tools]
+        if [t for t, _ in examples] != [t for t, _ in self.examples]:  # the same texts keep their vectors
+            self.example_vectors = torch.zeros(0, 0)
+        self.examples = examples
 
     def _build(self) -> None:
         super()._build()  # tool_vectors: the description vectors

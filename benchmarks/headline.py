@@ -25,6 +25,8 @@ ROWS = [
     ("baselines", "bm25", "zero-shot", "BM25", "docs/dense.md"),
     ("baselines", "dense", "zero-shot", "all-MiniLM-L6-v2 (dense)", "docs/dense.md"),
     ("baselines", "tool2vec", "zero-shot", "Tool2Vec over MiniLM", "docs/usage-and-rerank.md"),
+    ("usage_rerank", "query_knn", "zero-shot, 10 neighbours", "query neighbours over MiniLM (10 nearest training queries vote)",
+     "docs/usage-and-rerank.md"),
     ("training_core", "bi_encoder", "transductive", "bi-encoder (MiniLM, fine-tuned)", "docs/dense.md"),
     ("training_core", "instret", "transductive", "InstRet bi-encoder (MiniLM, fine-tuned)", "docs/dense.md"),
     ("training_core", "bi_encoder_fast", "transductive", "fast bi-encoder (MiniLM, whole catalog, frozen bottom)",

@@ -286,8 +286,8 @@ def tune_knn(args: argparse.Namespace) -> None:
     val = ds.split(cfg.data.val_split)
     texts, gold = [q.text for q in val], [q.tools for q in val]
     s_base = base.score(texts)
-    order = [[t.id for t in base.tools].index(t.id) for t in knn.tools]  # base's columns in knn's tool order
-    s_base = s_base[:, order]
+    col = {t.id: i for i, t in enumerate(base.tools)}
+    s_base = s_base[:, [col[t.id] for t in knn.tools]]  # base's columns in knn's tool order
     grid = []
     for k in args.neighbors:
         knn.config.neighbors = k

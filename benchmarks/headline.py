@@ -33,10 +33,13 @@ ROWS = [
      "docs/dense.md"),
     ("usage_rerank", "mlc", "loss=bce", "MLC (MiniLM + one logit per tool)", "docs/usage-and-rerank.md"),
     ("usage_rerank", "refiner+mlc", "N=32", "ToolRefiner reranking the MLC's top 32", "docs/usage-and-rerank.md"),
-    ("usage_rerank", "mlc", "fast loss=bce", "fast MLC (over the fast bi-encoder's frozen bottom)",
-     "docs/usage-and-rerank.md"),
-    ("usage_rerank", "refiner+mlc", "fast N=32", "fast ToolRefiner + MLC (score fusion, weight chosen on val)",
-     "docs/usage-and-rerank.md"),
+    ("usage_rerank", "mlc", "fast loss=bce, top 4 layers from MiniLM (freeze_layers 2)",
+     "fast MLC (top 4 layers of MiniLM over a frozen bottom)", "docs/usage-and-rerank.md"),
+    ("usage_rerank", "refiner+mlc", "fast, top 4 layers from MiniLM: ToolRefiner + MLC",
+     "fast ToolRefiner + MLC (score fusion, weight chosen on val)", "docs/usage-and-rerank.md"),
+    ("usage_rerank", "refiner+mlc",
+     "fast, top 4 layers from MiniLM: ToolRefiner + (MLC + query neighbours, its own encoder)",
+     "fast ToolRefiner + (MLC + query neighbours)", "docs/usage-and-rerank.md"),
 ]
 METRICS = ("recall@3", "recall@5", "ndcg@5", "pass@5", "mrr")
 

@@ -288,3 +288,39 @@ def test_requests_during_index_swaps_never_fail_or_mix(bm25, tmp_path):
     assert not errors and answers and live.reloads >= 2
     ids_a, ids_b = {t.id for t in a.tools}, {t.id for t in b.tools}
     assert all(ans in (ids_a, ids_b) for ans in answers)  # every answer from one whole index
+
+
+def test_a_folder_replaced_during_its_load_is_no_reload_error(bm25, tmp_path, monkeypatch):
+    """The soak's swaps come every 1.5 s: a load can read a folder that a second swap renames away
+    under it. That torn read is retried on the next look, never counted as a broken index."""
+    import toolgraph.serving as serving
+    from toolgraph.retrieval.loading import load
+
+    servers = MCP_SERVERS + [{"name": "recipes", "description": "Cooking recipes", "category": "Food",
+                              "tools": [{"name": "find_recipe", "description": "vegan lasagna recipes",
+                                         "inputSchema": {}}]}]
+    a, b = load(bm25), load(bm25_index(tmp_path / "b", None, servers))
+    live = LiveIndex(bm25, check_every=0)
+    real_open = serving.open_index
+
+    def torn(path):  # the folder is swapped again mid-read, and the read fails
+        save_atomically(a, bm25)
+        raise DataError("retriever.json vanished", path)
+
+    save_atomically(b, bm25)
+    monkeypatch.setattr(serving, "open_index", torn)
+    assert live.reload_if_replaced() is False
+    assert (live.reloads, live.reload_errors, live.last_error) == (0, 0, None)
+    monkeypatch.setattr(serving, "open_index", real_open)
+    assert live.reload_if_replaced() is True  # the newer folder, on the next look
+    assert (live.reloads, live.reload_errors) == (1, 0)
+    assert {t.id for t in live.retriever.tools} == {t.id for t in a.tools}
+
+    def broken(path):  # the same folder fails to load: that is an error, counted once
+        raise DataError("cannot serve this index", path)
+
+    save_atomically(b, bm25)
+    monkeypatch.setattr(serving, "open_index", broken)
+    assert live.reload_if_replaced() is False and live.reload_if_replaced() is False
+    assert live.reload_errors == 1 and "cannot serve" in live.last_error
+    live.close()

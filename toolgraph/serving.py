@@ -210,13 +210,17 @@ class LiveIndex:
 
     def reload_if_replaced(self) -> bool:
         """Load and serve the index at ``path`` if it was replaced since the last look; True if swapped.
-        A new index that fails to load is not served (and not retried until it changes again)."""
+        A new index that fails to load is not served (and not retried until it changes again). A load
+        that fails because the folder was replaced again under it is no error: the next look loads
+        the newer folder."""
         stamp = _stamp_of(self.path)
         if stamp is None or stamp == self._stamp:  # absent (the instant of a swap) or unchanged
             return False
         try:
             state = open_index(self.path)
         except Exception as e:  # noqa: BLE001 - a broken new index keeps the old one serving
+            if _stamp_of(self.path) != stamp:  # replaced while loading: a torn read, not a broken index
+                return False  # the newer one is loaded on the next look
             with self._lock:
                 self._stamp = stamp
                 self.reload_errors += 1

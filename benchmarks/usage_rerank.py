@@ -34,6 +34,7 @@ from results_io import DOCS, RESULTS, machine, quality_table, upsert, write_bloc
 
 NAME = "usage_rerank"
 PAGE = DOCS / "usage-and-rerank.md"  # where the usage and usage-speed blocks live
+WEIGHTS = [0.0, 0.5, 1.0, 2.0, 3.0, 4.0, 6.0, 10.0]  # tune-weight's default grid of first-stage weights
 
 
 def add(args: argparse.Namespace) -> None:
@@ -245,7 +246,8 @@ def tune_weight(args: argparse.Namespace) -> None:
            "encoder": Path(str(cfg.model.encoder)).name, "queries": len(ds.split("test")),
            "metrics": {k: round(v, 4) for k, v in report.metrics.items()},
            "command": f"{args.command}; python benchmarks/usage_rerank.py tune-weight {args.run}"
-                      + (" --first-stage " + " ".join(map(str, args.first_stage)) if args.first_stage else ""),
+                      + (" --first-stage " + " ".join(map(str, args.first_stage)) if args.first_stage else "")
+                      + ("" if args.weights == WEIGHTS else " --weights " + " ".join(f"{w:g}" for w in args.weights)),
            "first_stage_weight": best["weight"], "val_grid": grid, "tune_seconds": round(tune_seconds, 1),
            "training_steps": tr.get("global_step"), "seconds": round(tr.get("train_seconds", tr.get("seconds", 0))),
            "train_seconds": tr.get("train_seconds"),
@@ -347,7 +349,7 @@ def main() -> None:
     tw.add_argument("--method", default="refiner+mlc")
     tw.add_argument("--setting", required=True)
     tw.add_argument("--command", required=True, help="the train.py command(s) that made the run")
-    tw.add_argument("--weights", type=float, nargs="+", default=[0.0, 0.5, 1.0, 2.0, 3.0, 4.0, 6.0, 10.0])
+    tw.add_argument("--weights", type=float, nargs="+", default=WEIGHTS)
     tw.add_argument("--first-stage", type=Path, nargs="+",
                     help="a run or retriever folder that replaces the run's first stage; several: their summed scores (an ensemble)")
     tw.add_argument("--save", type=Path, help="save the tuned pipeline to this folder")

@@ -195,12 +195,15 @@ def test_tune_weight_takes_one_first_stage_or_the_sum_of_several(refiner_run, mo
     monkeypatch.setattr(module, "render", lambda page: None)
     out, _ = refiner_run
     stage = out / "retriever" / "first_stage"
-    for stages in ([stage], [stage, stage]):
+    for stages, weights in (([stage], [0.0, 1e4]), ([stage, stage], [0.0, 1e4]), ([stage], module.WEIGHTS)):
         module.tune_weight(argparse.Namespace(run=out, method="refiner+x", setting="t", command="python train.py",
-                                              weights=[0.0, 1e4], first_stage=stages, save=None, page=tmp_path / "p.md"))
-    one, two = rows
+                                              weights=weights, first_stage=stages, save=None, page=tmp_path / "p.md"))
+    one, two, default = rows
     assert one["first_stage"] == [str(stage)] and two["first_stage"] == [str(stage)] * 2
     assert one["val_grid"] == two["val_grid"] and one["metrics"] == two["metrics"]
+    # a row's command reruns its grid: a non-default grid is named, the default one is not
+    assert one["command"].endswith(f"--first-stage {stage} --weights 0 10000")
+    assert "--weights" not in default["command"] and len(default["val_grid"]) == len(module.WEIGHTS)
 
 
 def test_tune_knn_picks_neighbours_and_weight_on_val_and_saves_the_fusion_it_tested(refiner_run, tiny_bert_dir,

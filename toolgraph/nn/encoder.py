@@ -9,6 +9,7 @@ import json
 import os
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +72,7 @@ def resolve_model(name: str) -> str:
     from transformers import AutoConfig
 
     try:
-        AutoConfig.from_pretrained(name)
+        AutoConfig.from_pretrained(name, trust_remote_code=False)
     except (OSError, ValueError) as e:
         raise ModelNotFoundError(
             f"text encoder {name!r} not found: not a local folder, not in the Hugging Face cache"
@@ -84,6 +85,44 @@ def resolve_model(name: str) -> str:
 # vocabulary of a few special tokens from transformers, and every query becomes [UNK]
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "tokenizer.model", "spiece.model",
                    "sentencepiece.bpe.model", "spm.model", "source.spm", "tiktoken.model")
+
+
+# the names of a checkpoint's ``tokenizer_files`` that are written out to build its tokenizer: what
+# ``save_pretrained`` of a Hugging Face tokenizer writes. A code file (a ``name.py`` that transformers
+# would offer to import through an ``auto_map``) is refused; any other name is left out, never written.
+TOKENIZER_FILE_NAMES = frozenset(TOKENIZER_FILES) | {
+    "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "merges.txt", "target.spm",
+    "bpe.codes"}
+# files that are code: a checkpoint holding one is refused
+CODE_SUFFIXES = (".py", ".pyc", ".pyo", ".pyd", ".so", ".dll", ".dylib")
+# config keys by which transformers would import Python code from beside the config (or the hub)
+CODE_KEYS = ("auto_map",)
+
+
+def refuse_custom_code(config: Any, where: str | Path) -> None:
+    """A DataError if a model or tokenizer config asks transformers to run code of its own
+    (``auto_map``): toolgraph only builds architectures that transformers itself ships, and never
+    imports Python files that came with a model, a checkpoint or a saved folder."""
+    found = [k for k in CODE_KEYS if isinstance(config, dict) and config.get(k)]
+    if found:
+        raise DataError(f"asks for custom model code ({found[0]!r}); toolgraph never runs code that comes "
+                        "with a model, checkpoint or saved folder. Use a model whose architecture transformers "
+                        "ships (remove the key if the architecture is a standard one)", where)
+
+
+def check_no_custom_code(folder: Path) -> None:
+    """A DataError if a model folder's ``config.json`` or ``tokenizer_config.json`` asks for custom code
+    (``auto_map``), read from the files alone before transformers sees the folder. A ``.py`` file
+    beside the weights is never imported without one (the Hub's all-MiniLM-L6-v2 ships a
+    ``train_script.py``), so it is left alone."""
+    for name in ("config.json", "tokenizer_config.json"):
+        path = folder / name
+        if path.is_file():
+            try:
+                config = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, ValueError) as e:
+                raise DataError(f"not a readable config ({type(e).__name__}); re-export the encoder", path) from None
+            refuse_custom_code(config, path)
 
 
 def has_tokenizer_files(folder: str | Path) -> bool:
@@ -141,9 +180,11 @@ def check_vocabulary(tokens: int, rows: int, where: str | Path, has_files: bool 
 
 
 def check_encoder_folder(folder: str | Path) -> None:
-    """Cheap check of a saved encoder folder, from its files alone (no model is loaded): a
-    ``config.json`` and tokenizer files whose vocabulary fits the model's embedding rows."""
+    """Cheap check of a saved encoder folder, from its files alone (no model is loaded): no code
+    (``check_no_custom_code``), a ``config.json`` and tokenizer files whose vocabulary fits the model's
+    embedding rows."""
     folder = Path(folder)
+    check_no_custom_code(folder)
     cfg_path = folder / "config.json"
     try:
         cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
@@ -217,15 +258,15 @@ def load_backbone(name: str) -> tuple[nn.Module, object]:
     if "disable_mmap" in inspect.signature(PreTrainedModel.from_pretrained).parameters:
         kw["disable_mmap"] = True  # transformers >= 5 keeps safetensors weights mapped otherwise
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path)
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
     except (OSError, ValueError, TypeError, KeyError, AttributeError) as e:
         raise DataError(f"cannot load the tokenizer ({type(e).__name__}: {str(e)[:200]}); copy the tokenizer "
                         "files of the base model again or re-export the encoder", where) from None
     try:
         try:
-            model = AutoModel.from_pretrained(path, add_pooling_layer=False, **kw)
+            model = AutoModel.from_pretrained(path, add_pooling_layer=False, trust_remote_code=False, **kw)
         except TypeError:
-            model = AutoModel.from_pretrained(path, **kw)
+            model = AutoModel.from_pretrained(path, trust_remote_code=False, **kw)
     except (OSError, ValueError, RuntimeError, KeyError, AttributeError) as e:
         raise DataError(f"cannot load the encoder weights ({type(e).__name__}: {str(e)[:200]}); the folder is "
                         "damaged or incomplete: re-export the encoder", where) from None
@@ -258,34 +299,121 @@ def plain_file_name(name: Any, what: str) -> str:
     return name
 
 
-def backbone_from_artifacts(art: dict[str, Any]) -> tuple[nn.Module, Any]:
+def _tokenizer_files(art: dict[str, Any], where: str) -> dict[str, bytes]:
+    """The checkpoint's tokenizer files as bytes, every name and content checked before any is
+    written: a code file (``*.py`` ...) or a ``tokenizer_config.json`` asking for custom code is
+    refused; only names of the allow-list (``TOKENIZER_FILE_NAMES``) are kept, any other is left out
+    (never written) and named on stderr."""
+    files = art.get("tokenizer_files")
+    if not isinstance(files, dict):
+        raise DataError(f"{where}: tokenizer_files must be a mapping of file name -> text")
+    out: dict[str, bytes] = {}
+    skipped: list[str] = []
+    for name, text in files.items():
+        plain_file_name(name, f"{where}: tokenizer_files")
+        if name.lower().endswith(CODE_SUFFIXES):
+            raise DataError(f"{where}: tokenizer_files holds {name!r}, a code file; toolgraph never writes or "
+                            "runs code that comes with a checkpoint. Refusing it: nothing was written")
+        if name not in TOKENIZER_FILE_NAMES:
+            skipped.append(name)
+            continue
+        if not isinstance(text, str):
+            raise DataError(f"{where}: tokenizer file {name!r} is not text")
+        try:
+            out[name] = base64.b64decode(text[7:], validate=True) if text.startswith("base64:") else text.encode()
+        except ValueError:
+            raise DataError(f"{where}: tokenizer file {name!r} is not valid base64") from None
+    if "tokenizer_config.json" in out:
+        try:
+            config = json.loads(out["tokenizer_config.json"])
+        except ValueError:
+            raise DataError(f"{where}: tokenizer_config.json is not valid JSON") from None
+        refuse_custom_code(config, f"{where}: tokenizer_config.json")
+    if skipped:  # never written: the tokenizer is built from the allow-listed files alone
+        _say_once(f"{where}: left out {len(skipped)} file(s) that are not tokenizer files: "
+                  f"{', '.join(sorted(skipped)[:5])}")
+    return out
+
+
+def backbone_from_artifacts(art: dict[str, Any], where: str = "checkpoint artifacts") -> tuple[nn.Module, Any]:
     """(randomly initialised model of the saved architecture, tokenizer) from ``backbone_artifacts``;
-    the weights come from the checkpoint's state dict."""
+    the weights come from the checkpoint's state dict. Never runs code from the checkpoint: an
+    ``auto_map`` in its configs or a file that is not a tokenizer file is refused before anything is
+    written or built, and transformers is told not to trust remote code."""
     from transformers import AutoConfig, AutoModel, AutoTokenizer
 
+    if not isinstance(art, dict) or not isinstance(art.get("hf_config"), dict):
+        raise DataError(f"{where}: hf_config must be a mapping (the model's Hugging Face config)")
     cfg_dict = dict(art["hf_config"])
-    config = AutoConfig.for_model(cfg_dict.pop("model_type"), **cfg_dict)
+    refuse_custom_code(cfg_dict, f"{where}: hf_config")
+    files = _tokenizer_files(art, where)  # all checked before anything is written
     try:
-        model = AutoModel.from_config(config, add_pooling_layer=False)
+        config = AutoConfig.for_model(cfg_dict.pop("model_type", None), **cfg_dict)
+    except (ValueError, TypeError, KeyError) as e:
+        raise DataError(f"{where}: hf_config is not a config transformers knows ({type(e).__name__}: "
+                        f"{str(e)[:200]})") from None
+    try:
+        model = AutoModel.from_config(config, add_pooling_layer=False, trust_remote_code=False)
     except TypeError:
-        model = AutoModel.from_config(config)
-    files = art["tokenizer_files"]
-    if not isinstance(files, dict):
-        raise DataError("checkpoint artifacts: tokenizer_files must be a mapping of file name -> text")
-    names = {plain_file_name(n, "checkpoint artifacts: tokenizer_files") for n in files}  # all checked first
+        model = AutoModel.from_config(config, trust_remote_code=False)
     with tempfile.TemporaryDirectory() as tmp:
-        for name in sorted(names):
-            text = files[name]
-            if not isinstance(text, str):
-                raise DataError(f"checkpoint artifacts: tokenizer file {name!r} is not text")
-            path = Path(tmp) / name
-            if text.startswith("base64:"):
-                path.write_bytes(base64.b64decode(text[7:]))
-            else:
-                path.write_text(text, encoding="utf-8")
-        tokenizer = AutoTokenizer.from_pretrained(tmp)
-        _check_tokenizer(model, tokenizer, "checkpoint artifacts: tokenizer_files", Path(tmp))
+        for name, raw in sorted(files.items()):
+            (Path(tmp) / name).write_bytes(raw)
+        tokenizer = AutoTokenizer.from_pretrained(tmp, trust_remote_code=False)
+        _check_tokenizer(model, tokenizer, f"{where}: tokenizer_files", Path(tmp))
     return model, tokenizer
+
+
+def _backbone_artifacts_in(artifacts: Any, key: str = "artifacts") -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every ``backbone_artifacts`` dict inside a checkpoint's artifacts, with where it is."""
+    if isinstance(artifacts, dict):
+        if "hf_config" in artifacts:
+            yield key, artifacts
+            return
+        for k, v in artifacts.items():
+            yield from _backbone_artifacts_in(v, f"{key}.{k}")
+
+
+def check_backbones_fit(artifacts: Any, state_dict: dict[str, Any]) -> None:
+    """Before any model is allocated: every backbone a checkpoint's artifacts describe is built on the
+    meta device (shapes only, no memory) and must match tensors of ``state_dict`` (under some prefix)
+    shape for shape. A crafted config (hidden 65,536, 48 layers beside a few MB of weights) would
+    otherwise allocate gigabytes before the weights are found not to fit."""
+    from transformers import AutoConfig, AutoModel
+
+    for where, art in _backbone_artifacts_in(artifacts):
+        if not isinstance(art.get("hf_config"), dict):
+            raise DataError(f"checkpoint {where}: hf_config must be a mapping")
+        cfg_dict = dict(art["hf_config"])
+        refuse_custom_code(cfg_dict, f"checkpoint {where}: hf_config")
+        try:
+            config = AutoConfig.for_model(cfg_dict.pop("model_type", None), **cfg_dict)
+            with torch.device("meta"):
+                try:
+                    model = AutoModel.from_config(config, add_pooling_layer=False, trust_remote_code=False)
+                except TypeError:
+                    model = AutoModel.from_config(config, trust_remote_code=False)
+        except (ValueError, TypeError, KeyError) as e:
+            raise DataError(f"checkpoint {where}: hf_config is not a config transformers knows "
+                            f"({type(e).__name__}: {str(e)[:200]})") from None
+        wanted = {k: tuple(t.shape) for k, t in model.state_dict().items()}  # [name] -> shape
+        first = next(iter(wanted))
+        prefixes = [k[: -len(first)] for k in state_dict if k.endswith(first) and (k == first or k[-len(first) - 1] == ".")]
+        misfits = []
+        for prefix in prefixes:
+            misfit = [f"{name}: {list(shape)} by the config, "
+                      f"{list(getattr(state_dict.get(prefix + name), 'shape', [])) or 'none'} in the weights"
+                      for name, shape in wanted.items()
+                      if tuple(getattr(state_dict.get(prefix + name), "shape", ())) != shape]
+            if not misfit:
+                break
+            misfits.append(misfit)
+        else:
+            shown = min(misfits, key=len) if misfits else [f"{first}: no such tensor in the weights"]
+            raise DataError(f"checkpoint {where}: the encoder its config describes ({config.model_type}, hidden "
+                            f"{getattr(config, 'hidden_size', '?')}, {getattr(config, 'num_hidden_layers', '?')} layers) "
+                            f"does not fit its weights ({'; '.join(shown[:2])}); the checkpoint is damaged or was "
+                            "edited. Nothing was allocated for it")
 
 
 def load_or_restore(name: str, artifacts: dict[str, Any] | None) -> tuple[nn.Module, Any]:

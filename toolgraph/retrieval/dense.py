@@ -19,9 +19,9 @@ import torch
 from safetensors.torch import save_file
 
 from toolgraph.config import ToolText, bounded
-from toolgraph.errors import ConfigError, ModelNotFoundError
+from toolgraph.errors import ConfigError, DataError, ModelNotFoundError
 from toolgraph.nn.encoder import _MINILM as _NAMED
-from toolgraph.nn.encoder import TextEncoder, check_encoder_folder, load_backbone, model_prompts, resolve_model
+from toolgraph.nn.encoder import GENERAL, TextEncoder, check_encoder_folder, load_backbone, model_prompts, resolve_model
 from toolgraph.nn.storage import read_matrix
 from toolgraph.registry import RETRIEVERS
 from toolgraph.retrieval.base import Retriever, RetrieverConfig
@@ -77,6 +77,7 @@ class DenseRetriever(Retriever):
         self._prompts: dict[str, str] | None = {} if encoder is not None else None  # an in-memory encoder has no folder
         self._cache: EmbeddingCache | None = None
         self._base_dir: Path | None = None  # a saved folder: relative model paths resolve against it
+        self._cached_model: str | None = None  # a saved folder's Hugging Face name: its local cache folder
         self._model_source: Path | None = None  # while saving: a model folder from outside to copy in
         self.tool_vectors = torch.zeros(0, 0)
         self._faiss = None
@@ -92,6 +93,8 @@ class DenseRetriever(Retriever):
         model = self.config.model
         if self._base_dir is not None and (self._base_dir / model).is_dir():
             return str(self._base_dir / model)
+        if self._base_dir is not None and self._cached_model is not None:
+            return self._cached_model  # a saved folder's hub name: the local cache's copy, never a download
         return model
 
     def prefix(self, kind: Literal["query", "document"]) -> str:
@@ -252,10 +255,42 @@ class DenseRetriever(Retriever):
             self._build()
 
     def _check_encoder_folder(self) -> None:
-        """An encoder saved with the retriever (e.g. ``encoder/``) is checked from its files now, so
-        a folder without its tokenizer fails at load instead of ranking every query as [UNK]."""
-        if self._base_dir is not None and (self._base_dir / self.config.model).is_dir():
-            check_encoder_folder(self._base_dir / self.config.model)
+        """At load: the model of a saved folder is the encoder saved inside it (e.g. ``encoder/``),
+        checked from its files now (a folder without its tokenizer fails here instead of ranking every
+        query as [UNK]), or a name this machine has without a download (the packaged MiniLM,
+        ``toolgraph-general``, the local Hugging Face cache). Loading a folder never reads a model from
+        outside it (an absolute path, ``..``, a link out) and never downloads one: toolgraph copies an
+        outside encoder in when it saves, so such a name only comes from a hand-made or edited file."""
+        base, model = self._base_dir, self.config.model
+        if base is None:
+            return
+        where = base / "retriever.json"
+        path = Path(model)
+        if path.is_absolute() or model.startswith("~") or ".." in path.parts or "\\" in model:
+            raise DataError(f"retriever.model {model!r} names a folder outside the saved retriever; loading a "
+                            "folder never reads a model from elsewhere. Re-save the retriever (toolgraph copies "
+                            "the encoder in as encoder/), or put the encoder inside the folder and name it there",
+                            where)
+        inside = base / model
+        if inside.is_dir():
+            if not inside.resolve().is_relative_to(base.resolve()):
+                raise DataError(f"retriever.model {model!r} leads outside the saved retriever (a link to "
+                                f"{inside.resolve()}); a saved retriever loads only the encoder inside it", where)
+            check_encoder_folder(inside)
+            return
+        if model in _NAMED or model == GENERAL:
+            return
+        from huggingface_hub import try_to_load_from_cache
+
+        try:
+            cached = try_to_load_from_cache(model, "config.json")
+        except ValueError:  # not a valid repository name (huggingface_hub's HFValidationError)
+            cached = None
+        if not isinstance(cached, str):
+            raise DataError(f"retriever.model {model!r} is neither a folder inside the saved retriever nor a model "
+                            "in the local Hugging Face cache; loading a saved folder never downloads a model. "
+                            "Put it in the cache, or re-save the retriever with the encoder inside it", where)
+        self._cached_model = str(Path(cached).parent)
 
 
 @dataclass

@@ -24,6 +24,7 @@ from toolgraph.config import EvaluateConfig, load_config
 from toolgraph.data import prepare_dataset
 from toolgraph.errors import ConfigError, DataError
 from toolgraph.files import recover_folder
+from toolgraph.nn.encoder import check_backbones_fit
 from toolgraph.registry import TASKS
 from toolgraph.retrieval.base import Retriever, build_retriever
 
@@ -48,6 +49,7 @@ def load_task(path: str | Path) -> Any:
                         "hyper_parameters.config and state_dict); it was cut short or not written by toolgraph",
                         path)
     try:
+        check_backbones_fit(meta["artifacts"], ckpt["state_dict"])  # before any model is allocated
         task = TASKS.get(meta["task"])(hparams["config"], artifacts=meta["artifacts"])
     except DataError as e:
         raise DataError(str(e), path) from None

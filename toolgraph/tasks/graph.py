@@ -63,7 +63,7 @@ class GraphTaskConfig(TaskConfig):
 def text_dim(encoder: str) -> int:
     from transformers import AutoConfig
 
-    return int(AutoConfig.from_pretrained(resolve_model(encoder)).hidden_size)
+    return int(AutoConfig.from_pretrained(resolve_model(encoder), trust_remote_code=False).hidden_size)
 
 
 @TASKS.register("graph")

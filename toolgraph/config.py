@@ -32,7 +32,7 @@ from types import UnionType
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 import yaml
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from toolgraph.errors import ConfigError
@@ -207,11 +207,31 @@ def _devices(value: Any) -> str | None:
     return f"must be 'auto', a device count >= 1 (or -1: all), or a list of device indices, got {value!r}"
 
 
-def no_interpolation(values: Any, where: str, key: str = "") -> None:
-    """Refuse any ``${...}`` in ``values`` (a saved config's plain data): it would be resolved on load,
-    e.g. ``${oc.env:SECRET}`` read from the environment and written back into a saved file."""
+# a ``${`` that OmegaConf would resolve: preceded by an even number of backslashes (``\${`` is a literal)
+_INTERPOLATION = re.compile(r"(?<!\\)(?:\\\\)*\$\{")
+_OPENING = re.compile(r"(\\*)\$\{")
+
+
+def escape_literals(values: Any) -> Any:
+    r"""``values`` with every ``${`` in its strings escaped (``\${``, backslashes before it doubled), so
+    that OmegaConf reads each string back as the literal it is: the form in which toolgraph saves a
+    config (checkpoints, retriever.json, config.yaml). A value the user wrote as ``\${x}`` trains,
+    saves and loads as ``${x}``; nothing saved is ever resolved."""
     if isinstance(values, str):
-        if "${" in values:
+        return _OPENING.sub(lambda m: m.group(1) * 2 + "\\${", values)
+    if isinstance(values, Mapping):
+        return {k: escape_literals(v) for k, v in values.items()}
+    if isinstance(values, (list, tuple)):
+        return [escape_literals(v) for v in values]
+    return values
+
+
+def no_interpolation(values: Any, where: str, key: str = "") -> None:
+    r"""Refuse any ``${...}`` in ``values`` (a saved config's plain data): it would be resolved on load,
+    e.g. ``${oc.env:SECRET}`` read from the environment and written back into a saved file. An escaped
+    ``\${`` (``escape_literals``: how toolgraph saves a literal ``${``) is a literal and passes."""
+    if isinstance(values, str):
+        if _INTERPOLATION.search(values):
             raise ConfigError(f"{where}: key '{key or '?'}': {values[:80]!r} is an interpolation; saved configs "
                               "(checkpoints, retriever.json, index configs) are never resolved: write the value "
                               "itself")
@@ -398,7 +418,11 @@ def parse_options(items: Sequence[str], what: str = "option") -> dict[str, Any]:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise ConfigError(f"{what} {item!r} is not of the form key=value")
-        out[key] = yaml.safe_load(value)
+        try:
+            out[key] = yaml.safe_load(value)
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{what} {item!r}: invalid YAML: {getattr(e, 'problem', e)}") from None
+        check_expanded_size(out[key], f"{what} {item!r}")
     return out
 
 
@@ -411,6 +435,38 @@ def parse_overrides(args: Sequence[str]) -> list[str]:
             raise ConfigError(f"override {arg!r} is not of the form key=value")
         out.append(item)
     return out
+
+
+MAX_NODES = 100_000  # values one config source may hold once its YAML aliases are expanded
+
+
+def check_expanded_size(data: Any, where: str) -> None:
+    """A ConfigError if ``data`` (parsed YAML) holds more than ``MAX_NODES`` values once its aliases
+    are expanded, as OmegaConf expands them: 400 bytes of nested aliases (``b: [*a, *a, ...]``) make
+    ten million nodes and minutes of work. Counted without expanding (each shared node once), so the
+    check itself is instant; an alias that contains itself is named as such."""
+    sizes: dict[int, int] = {}
+
+    def size(x: Any) -> int:
+        if not isinstance(x, (dict, list)):
+            return 1
+        if id(x) in sizes:
+            if sizes[id(x)] < 0:
+                raise ConfigError(f"{where}: a YAML alias refers to itself")
+            return sizes[id(x)]
+        sizes[id(x)] = -1  # being counted: met again below means a cycle
+        items = [*x.keys(), *x.values()] if isinstance(x, dict) else x
+        n = 1 + sum(size(v) for v in items)
+        sizes[id(x)] = n
+        if n > MAX_NODES:
+            raise ConfigError(f"{where}: more than {MAX_NODES:,} values once its YAML aliases are expanded (nested "
+                              "aliases?); write the values out, a config needs far fewer")
+        return n
+
+    try:
+        size(data)
+    except RecursionError:
+        raise ConfigError(f"{where}: invalid YAML: nested too deeply") from None
 
 
 def load_yaml(path: str | Path) -> DictConfig:
@@ -433,6 +489,7 @@ def load_yaml(path: str | Path) -> DictConfig:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: top level must be a mapping, got {type(data).__name__}")
+    check_expanded_size(data, str(path))
     try:
         return OmegaConf.create(data)
     except OmegaConfBaseException as e:
@@ -548,10 +605,32 @@ def config_from_dict(values: Mapping[str, Any]) -> TrainConfig:
 
 
 def to_yaml(cfg: Any) -> str:
-    return OmegaConf.to_yaml(OmegaConf.structured(cfg))
+    """The config as YAML that reads back to the same values (a literal ``${`` stays a literal)."""
+    return OmegaConf.to_yaml(OmegaConf.create(to_saved(cfg)))
+
+
+def to_saved(cfg: Any) -> dict:
+    r"""``to_dict(cfg)`` in the form toolgraph saves configs (checkpoints, retriever.json): every literal
+    ``${`` escaped (``escape_literals``), so that ``from_dict`` reads back the same values and never
+    resolves one, nor refuses a literal the user wrote (``run_name='\${x}'``)."""
+    return escape_literals(to_dict(cfg))
 
 
 def to_dict(cfg: Any) -> dict:
     """Plain data, as saved in checkpoints and retriever.json. Never resolves ``${...}``: a config
     loaded by ``load_config`` holds resolved values already, and a literal must stay a literal."""
-    return OmegaConf.to_container(OmegaConf.structured(cfg), resolve=False)  # type: ignore[return-value]
+    return _plain(cfg)
+
+
+def _plain(value: Any) -> Any:
+    """Dataclasses, mappings and sequences as dicts and lists, without OmegaConf: its grammar would
+    read a literal ``${a b}`` as a broken interpolation."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, (DictConfig, ListConfig)):
+        return OmegaConf.to_container(value, resolve=False)
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from toolgraph.config import ToolText, check_values, from_dict, to_dict
+from toolgraph.config import ToolText, check_values, from_dict, to_saved
 from toolgraph.data.formats import iter_jsonl, read_json
 from toolgraph.data.schema import Tool, ToolDataset, natural_key
 from toolgraph.errors import ConfigError, DataError
@@ -165,7 +165,7 @@ class Retriever(ABC):
             for t in self.tools:
                 f.write(json.dumps({k: v for k, v in vars(t).items() if v is not None}, ensure_ascii=False) + "\n")
         self._save_state(folder)
-        meta = {"retriever": self.name, "config": to_dict(self.config), "tools": len(self.tools)}
+        meta = {"retriever": self.name, "config": to_saved(self.config), "tools": len(self.tools)}
         (folder / "retriever.json").write_text(json.dumps(meta, indent=2) + "\n")  # the last two files:
         write_manifest(folder, self.name, len(self.tools))  # a watcher of either sees a finished save
         return folder

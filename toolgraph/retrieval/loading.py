@@ -83,7 +83,7 @@ def load(path: str | Path | dict) -> Retriever:
     if isinstance(path, dict) or (Path(path).suffix in (".yaml", ".yml") and Path(path).is_file()):
         return from_config(path)
     path = Path(path)
-    recover(path)  # an index left aside by a crash mid-sync is put back first
+    recover(path)  # an index left aside by a crash mid-sync is put back first (a rename; a load never deletes)
     if path.is_file() and path.suffix == ".ckpt":
         return load_task(path).as_retriever()
     if (path / "retriever.json").is_file():
@@ -105,5 +105,7 @@ def from_config(config: str | Path | dict) -> Retriever:
     return retriever
 
 
-# crash recovery of an index swapped in by ``toolgraph index sync`` or an export: ``files.recover_folder``
+# crash recovery of an index swapped in by ``toolgraph index sync`` or an export: ``files.recover_folder``,
+# which only renames the swap's own ``.NAME.old-PID`` back and never deletes anything (stale old copies are
+# deleted by the sync, under the index lock)
 recover = recover_folder

@@ -9,7 +9,17 @@ Two catalog layouts are read:
   either the result (``{"tools": [...]}``) or the whole JSON-RPC reply (``{"result": {"tools": [...]}}``).
 
 An agent is a server (id = its name); a tool id is ``"<server>::<tool name>"``, its ``parameters``
-the ``inputSchema``. A tool name repeated inside one server (say, in two configs) is a DataError naming
+the ``inputSchema``. So that two entries never make one id (``a`` + ``b::c`` and ``a::b`` + ``c``) and an
+id splits back at its first ``::``, a server name holding ``::`` or ending in ``:`` and a tool name
+holding ``::`` are refused with a DataError naming the file and the entry (ids are what users,
+gold annotations and clients write, so they are refused rather than silently escaped; names that
+follow the MCP spec, ``[A-Za-z0-9_.-]``, never hold ``::``).
+
+Catalog text is bounded: a server's or tool's name or description, or a tool's ``inputSchema`` (as
+JSON), longer than ``max_text_chars`` (default 65,536 characters) is a DataError naming the file and
+the entry; the option (``data.options.max_text_chars``, ``toolgraph index sync --max-text-chars``)
+raises it. One 32 MB description otherwise costs a minute of indexing, gigabytes of memory and 32 MB
+in every response that returns the tool. A catalog with no tool at all is a DataError naming it. A tool name repeated inside one server (say, in two configs) is a DataError naming
 the server, unless ``on_duplicate`` is ``keep-first`` or ``keep-last`` (the repeat is then counted in
 ``skipped``); the same option governs a ``task_id`` repeated in the tasks file.
 
@@ -31,6 +41,7 @@ the catalog in ``skipped``. All tasks are test queries (MCP benchmarks ship no t
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -46,10 +57,22 @@ DUPLICATE_POLICIES = ("category", "first", "all", "drop", "error")
 _NUMBERED = re.compile(r"^\s*(\d+)\s*[.)]\s*(.*)$")
 _QUALIFIED = re.compile(r"^(.+?)\s*(?:::|/|:|\.)\s*(.+)$")
 _REASONS = SkipReasons(empty_text="task with an empty Question", no_tools="task with no gold tool in the catalog")
+MAX_TEXT_CHARS = 65536  # per name, description or inputSchema (as JSON) of one catalog entry
 
 
-def _tool_objects(entry: Any, where: str, path: Path) -> list[dict]:
-    """The tool objects of a server's ``tools`` field (dict of configs, or a list)."""
+def check_size(value: Any, field: str, where: str, path: Path | None, limit: int) -> None:
+    """A DataError naming the entry when ``value`` (text, or a schema measured as JSON) is over ``limit``."""
+    if value is None or limit is None:
+        return
+    n = len(value) if isinstance(value, str) else len(json.dumps(value, ensure_ascii=False, default=str))
+    if n > limit:
+        raise DataError(f"{where}: {field!r} is {n:,} characters, over the limit of {limit:,}; shorten it, or raise "
+                        "the limit (data.options.max_text_chars; toolgraph index sync --max-text-chars)", path)
+
+
+def _tool_objects(entry: Any, where: str, path: Path, limit: int = MAX_TEXT_CHARS) -> list[dict]:
+    """The tool objects of a server's ``tools`` field (dict of configs, or a list); names, descriptions
+    and schemas over ``limit`` characters are refused."""
     if isinstance(entry, list):
         groups = [("tools", entry)]
     elif isinstance(entry, dict):
@@ -66,6 +89,11 @@ def _tool_objects(entry: Any, where: str, path: Path) -> list[dict]:
         for j, t in enumerate(tools):
             if not isinstance(t, dict) or not isinstance(t.get("name"), str) or not t["name"].strip():
                 raise DataError(f"{where}: tools[{config!r}][{j}] needs a non-empty 'name'", path)
+            entry_where = f"{where}: tools[{config!r}][{j}]"
+            check_size(t["name"], "name", entry_where, path, limit)  # before the name is quoted in any message
+            entry_where += f" ({t['name'][:80]!r})"
+            check_size(t.get("description"), "description", entry_where, path, limit)
+            check_size(t.get("inputSchema"), "inputSchema", entry_where, path, limit)
             out.append(t)
     return out
 
@@ -73,7 +101,10 @@ def _tool_objects(entry: Any, where: str, path: Path) -> list[dict]:
 class CatalogBuilder:
     """Servers and their tools, in catalog order; counts what it merges."""
 
-    def __init__(self, on_duplicate: str = "error") -> None:
+    def __init__(self, on_duplicate: str = "error", max_text_chars: int = MAX_TEXT_CHARS) -> None:
+        if not isinstance(max_text_chars, int) or isinstance(max_text_chars, bool) or max_text_chars < 1:
+            raise ConfigError(f"max_text_chars: must be a whole number >= 1, got {max_text_chars!r}")
+        self.max_text_chars = max_text_chars
         self.agents: dict[str, Agent] = {}
         self.tools: dict[str, Tool] = {}
         self.skipped: Counter = Counter()
@@ -83,11 +114,19 @@ class CatalogBuilder:
                    path: Path | None = None) -> None:
         if name in self.agents:
             raise DataError(f"server {name!r} appears twice", path)
+        check_size(name, "name", f"server {name[:80]!r}", path, self.max_text_chars)
+        if "::" in name or name.endswith(":"):  # ids are "<server>::<tool>": this one could make another's
+            raise DataError(f"server {name!r}: a server name may not hold '::' or end with ':' (tool ids are "
+                            "'<server>::<tool>', so it could give two tools one id); rename the server", path)
         description = description or ""
         if not isinstance(description, str) or (category is not None and not isinstance(category, str)):
             raise DataError(f"server {name!r}: 'description' and 'category' must be strings", path)
+        check_size(description, "description", f"server {name!r}", path, self.max_text_chars)
         self.agents[name] = Agent(name, name, description.strip(), category or None)
         for t in tools:
+            if "::" in t["name"]:
+                raise DataError(f"server {name!r} tool {t['name']!r}: a tool name may not hold '::' (tool ids are "
+                                "'<server>::<tool>', so it could give two tools one id); rename the tool", path)
             tid = f"{name}::{t['name'].strip()}"
             desc = t.get("description") or ""
             if not isinstance(desc, str):
@@ -108,11 +147,12 @@ def read_servers_file(path: Path, builder: CatalogBuilder) -> None:
         name = s.get("name")
         if not isinstance(name, str) or not name.strip():
             raise DataError(f"server #{i}: missing or empty 'name'", path)
+        check_size(name, "name", f"server #{i}", path, builder.max_text_chars)  # before it is quoted below
         where = f"server #{i} ({name!r})"
         if "tools" not in s:
             raise DataError(f"{where}: missing 'tools'", path)
         builder.add_server(name.strip(), s.get("description"), s.get("category"),
-                           _tool_objects(s["tools"], where, path), path)
+                           _tool_objects(s["tools"], where, path, builder.max_text_chars), path)
 
 
 def read_tools_list(path: Path, builder: CatalogBuilder, server: str | None = None) -> None:
@@ -124,16 +164,18 @@ def read_tools_list(path: Path, builder: CatalogBuilder, server: str | None = No
     name = server or path.stem
     info = body.get("server") if isinstance(body.get("server"), dict) else {}
     builder.add_server(name, info.get("description", ""), info.get("category"),
-                       _tool_objects(body["tools"], f"server {name!r}", path), path)
+                       _tool_objects(body["tools"], f"server {name!r}", path, builder.max_text_chars), path)
 
 
 def read_catalog(servers: Path | None = None, tools_lists: Path | None = None,
-                 on_duplicate: str = "error") -> CatalogBuilder:
+                 on_duplicate: str = "error", max_text_chars: int = MAX_TEXT_CHARS) -> CatalogBuilder:
     """Servers file and/or a folder (or single file) of tools/list responses, in that order;
-    ``on_duplicate``: what a tool name repeated inside one server does (error, keep-first, keep-last)."""
+    ``on_duplicate``: what a tool name repeated inside one server does (error, keep-first, keep-last);
+    ``max_text_chars``: the longest name, description or schema (as JSON) an entry may have. A catalog
+    without any tool is a DataError."""
     if servers is None and tools_lists is None:
         raise ConfigError("an MCP catalog needs 'servers' (a servers JSON file) or 'tools_lists' (a folder)")
-    builder = CatalogBuilder(on_duplicate)
+    builder = CatalogBuilder(on_duplicate, max_text_chars)
     if servers is not None:
         read_servers_file(servers, builder)
     if tools_lists is not None:
@@ -142,6 +184,10 @@ def read_catalog(servers: Path | None = None, tools_lists: Path | None = None,
             raise DataError("no *.json tools/list responses in this folder", tools_lists)
         for f in files:
             read_tools_list(f, builder)
+    if not builder.tools:
+        shown = " and ".join(str(p) for p in (servers, tools_lists) if p is not None)
+        raise DataError("the catalog has no tools (an empty server list, or servers without tools); nothing to "
+                        "index: give a catalog with at least one tool", shown)
     return builder
 
 
@@ -267,11 +313,13 @@ def _path(root: Path, p: str | None) -> Path | None:
 
 @DATASETS.register("mcp")
 def load_mcp(root: Path, servers: str | None = None, tasks: str | None = None, tools_lists: str | None = None,
-             duplicate_names: str = "category", name: str = "mcp", on_duplicate: str = "error") -> ToolDataset:
+             duplicate_names: str = "category", name: str = "mcp", on_duplicate: str = "error",
+             max_text_chars: int = MAX_TEXT_CHARS) -> ToolDataset:
     """An MCP catalog (``servers`` file and/or ``tools_lists`` folder) with optional ``tasks``.
     Relative paths resolve against the data root. ``on_duplicate``: a tool name repeated inside one
-    server, or a repeated task_id, is an ``error`` (default), or ``keep-first`` / ``keep-last``."""
-    builder = read_catalog(_path(root, servers), _path(root, tools_lists), on_duplicate)
+    server, or a repeated task_id, is an ``error`` (default), or ``keep-first`` / ``keep-last``.
+    ``max_text_chars``: the longest name, description or inputSchema (as JSON) of one entry."""
+    builder = read_catalog(_path(root, servers), _path(root, tools_lists), on_duplicate, max_text_chars)
     resolver = GoldResolver(builder, duplicate_names)
     skipped = Counter(builder.skipped)
     notes: dict[str, Any] = {"servers": servers, "tools_lists": tools_lists, "tasks": tasks,

@@ -110,6 +110,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from toolgraph.data import prepare_dataset
     from toolgraph.evaluation import (
         check_output_folder,
+        disk_full_is_an_error,
         evaluate,
         format_table,
         replace_folder,
@@ -146,12 +147,13 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     print("timings: " + ", ".join(f"{k}={v:.2f}" for k, v in report.timings.items()))
     if cfg.out:  # the old results.json goes first and the new one comes last: never a mix of two runs
         out = Path(cfg.out)
-        out.mkdir(parents=True, exist_ok=True)
-        retire_results(out)
-        write_text_atomic(out / "config.yaml", to_yaml(cfg))
-        if not checkpoint:  # what fit() learned (Tool2Vec, LoSemB) loads with toolgraph.load(out/retriever)
-            replace_folder(out / "retriever", retriever.save, "--out retriever/")
-        write_report(report, out, cfg, ds)
+        with disk_full_is_an_error(out):  # a full disk: a clear error naming the folder, not a traceback
+            out.mkdir(parents=True, exist_ok=True)
+            retire_results(out)
+            write_text_atomic(out / "config.yaml", to_yaml(cfg))
+            if not checkpoint:  # what fit() learned (Tool2Vec, LoSemB) loads with toolgraph.load(out/retriever)
+                replace_folder(out / "retriever", retriever.save, "--out retriever/")
+            write_report(report, out, cfg, ds)
         print(f"wrote {cfg.out}/results.json, rankings.jsonl, curves.png, config.yaml"
               f"{'' if checkpoint else ', retriever/'}")
     return 0
@@ -262,8 +264,12 @@ def cmd_index(args: argparse.Namespace) -> int:
         spec = spec.get("retriever", spec)
         # the spec is saved in the index's retriever.json: a ${oc.env:...} would be resolved into it
         no_interpolation(spec, f"--retriever-config {args.retriever_config}", "retriever")
-    counts = sync_index(args.catalog, args.index, spec, wait=args.wait, on_duplicate=args.on_duplicate)
-    print(json.dumps(counts))
+    limit = {} if args.max_text_chars is None else {"max_text_chars": args.max_text_chars}  # None: the reader's
+    counts = sync_index(args.catalog, args.index, spec, wait=args.wait, on_duplicate=args.on_duplicate, **limit)
+    print(json.dumps(counts))  # "skipped": the repeats --on-duplicate left out, by reason
+    if counts["skipped"]:
+        print(f"skipped {sum(counts['skipped'].values())} catalog entries: "
+              + ", ".join(f"{n} {why}" for why, n in counts["skipped"].items()), file=sys.stderr)
     return 0
 
 
@@ -417,6 +423,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds to wait while another sync of the same index runs (0: fail at once)")
     i.add_argument("--on-duplicate", choices=["error", "keep-first", "keep-last"], default="error",
                    help="a tool name repeated inside one server: error (default), or keep one copy (counted)")
+    i.add_argument("--max-text-chars", type=_positive_int, default=None,
+                   help="longest name, description or inputSchema (as JSON) of one catalog entry (default 65536)")
     i.set_defaults(fn=cmd_index)
 
     dr = sub.add_parser("doctor", help="versions, devices, data and model paths, and the fix for what is missing")

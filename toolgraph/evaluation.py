@@ -3,12 +3,14 @@
 Outputs are written so that an interrupted run never leaves a half-written or mismatched folder:
 every file goes to a hidden temp name in its folder and is renamed over the old one (``atomic_path``),
 and ``results.json`` is removed when a run starts writing and written last, so it is the mark of a
-complete run (a folder without it was interrupted: re-run). SIGTERM / SIGINT unwind like an error
+complete run (a folder without it was interrupted: re-run). A full disk while writing is a DataError
+naming the folder (``disk_full_is_an_error``), with the same guarantee. SIGTERM / SIGINT unwind like an error
 (temp files removed) and the command exits 143 / 130 (``install_signal_handlers``).
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -210,6 +212,21 @@ def read_results(path: str | Path) -> dict[str, Any]:
         raise DataError("not a toolgraph results file (expected a JSON object with 'metrics'); re-run the "
                         "evaluation that wrote it", path)
     return data
+
+
+@contextmanager
+def disk_full_is_an_error(out: str | Path) -> Iterator[None]:
+    """A full disk (or quota) while writing ``out``: a DataError naming the folder, not a traceback.
+    What is left is what an interrupted run leaves (temp files removed, no results.json, a swapped
+    folder as it was), so the message says that and to re-run."""
+    try:
+        yield
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        raise DataError(f"no space left on the device while writing the results ({e.strerror}); nothing was "
+                        "half-written (every file there is a whole one), but the folder has no results.json: this "
+                        "run is not saved. Free some space and re-run", out) from None
 
 
 def check_output_folder(path: str | Path, what: str, markers: tuple[str, ...] = OUTPUT_MARKERS) -> Path:

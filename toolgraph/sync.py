@@ -12,10 +12,28 @@ Atomic write: the new index is saved complete into a hidden sibling folder, then
 renames (old -> ``.NAME.old-PID``, new -> NAME), then the old one is deleted. A crash while saving
 leaves the live index untouched (the half-written sibling is ignored and cleaned up by the next
 sync); a crash between the two renames leaves the complete old index under ``.NAME.old-PID``, which
-:func:`recover` (called by ``toolgraph.load`` and by every sync) moves back.
+:func:`recover` (called by ``toolgraph.load`` and by every sync) moves back. Loaders only rename it
+back; an old copy left by a sync killed after its swap is deleted by the next sync, under the lock.
+Only the exact names a swap makes are touched (``.NAME.old-<digits>`` holding an index): a user's
+``.NAME.old-nov`` backup is never moved or deleted. A full disk while writing is a DataError naming
+the index and saying it was not changed.
 
 Never someone else's folder: ``--index`` must be absent, an empty folder, or a saved toolgraph index
-(it holds ``retriever.json``); anything else is refused with nothing renamed or deleted.
+(it holds ``retriever.json``); anything else is refused with nothing renamed or deleted. An
+``--index`` that is a symlink stays one: the folder it points to is synced (and locked); a link to
+nothing is refused.
+
+Files of the user's inside the index are kept: whatever the old index's ``manifest.json`` does not
+list (a README.md, a notes/ folder, a .gitignore; also inside the index's own sub-folders) is carried
+into the new folder (hard-linked, else copied), and the folder keeps its permission bits. What the
+retriever wrote itself is listed there, so a file the new save no longer writes is not carried as a
+stale copy, nor are our own hidden temp files (``.NAME.tmp-PID``). A user file where the new save
+writes one of its own, or an index without a manifest (written before manifests existed) that holds
+files the new save does not write, is refused with nothing changed. A file put into the index while
+a sync runs (after it has carried the others) is not seen by that sync.
+
+No cache outside the index: a sync encodes with the embedding cache off (the index keeps its own
+vectors), so nothing is written to a ``cache_dir`` such as ``./.cache/embeddings``.
 
 One writer at a time: a sync holds ``.NAME.lock`` beside the index (``flock``: the kernel releases
 it when the process ends, even on kill -9, so it never goes stale) from before it reads the index
@@ -27,42 +45,89 @@ is never touched.
 
 from __future__ import annotations
 
+import errno
+import json
 import os
+import re
+import shutil
 import time
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from toolgraph.data.formats import read_dataset
 from toolgraph.data.schema import Agent, Tool
-from toolgraph.data.sources.mcp import read_catalog
+from toolgraph.data.sources.mcp import MAX_TEXT_CHARS, read_catalog
 from toolgraph.errors import ConfigError, DataError
-from toolgraph.files import clean_new_copies, swap_folder
+from toolgraph.files import FolderPutBack, clean_new_copies, clean_old_copies, swap_folder
 from toolgraph.retrieval.base import Retriever
+from toolgraph.retrieval.dense import embedding_cache_off
 from toolgraph.retrieval.loading import load, recover
+from toolgraph.retrieval.manifest import MANIFEST
 from toolgraph.retrieval.pipeline import resolve_retriever
 
 __all__ = ["index_lock", "read_catalog_any", "recover", "save_atomically", "sync_index"]
 
 LOCK_WAIT = 60.0  # seconds a sync waits for another sync of the same index
+_OWN_TEMP = re.compile(r"\..+\.tmp-\d+")  # files.atomic_path's temp names: never a user's file to carry
 
 
-def read_catalog_any(path: str | Path, on_duplicate: str = "error") -> tuple[list[Tool], list[Agent]]:
+def read_catalog_any(path: str | Path, on_duplicate: str = "error", skipped: Counter | None = None,
+                     max_text_chars: int = MAX_TEXT_CHARS) -> tuple[list[Tool], list[Agent]]:
     """Tools and agents from an MCP servers file, a tools/list folder, or a canonical dataset folder;
     ``on_duplicate``: what a tool repeated inside one server (or a repeated query id) does:
-    error, keep-first, keep-last."""
+    error, keep-first, keep-last (each copy left out is counted into ``skipped``, by reason);
+    ``max_text_chars``: the longest name / description / schema of an MCP catalog entry. A catalog
+    without tools is a DataError naming it."""
     path = Path(path)
     if path.is_dir() and (path / "tools.jsonl").is_file():
         ds = read_dataset(path, on_duplicate=on_duplicate)
-        return ds.tools, ds.agents
-    if path.is_dir():
-        builder = read_catalog(tools_lists=path, on_duplicate=on_duplicate)
-    elif path.is_file():
-        builder = read_catalog(servers=path, on_duplicate=on_duplicate)
+        if not ds.tools:
+            raise DataError("the catalog has no tools; nothing to index: give a catalog with at least one tool",
+                            path / "tools.jsonl")
+        found, tools, agents = ds.skipped, ds.tools, ds.agents
     else:
-        raise DataError("catalog not found", path)
-    return list(builder.tools.values()), list(builder.agents.values())
+        if path.is_dir():
+            builder = read_catalog(tools_lists=path, on_duplicate=on_duplicate, max_text_chars=max_text_chars)
+        elif path.is_file():
+            builder = read_catalog(servers=path, on_duplicate=on_duplicate, max_text_chars=max_text_chars)
+        else:
+            raise DataError("catalog not found", path)
+        found, tools, agents = builder.skipped, list(builder.tools.values()), list(builder.agents.values())
+    if skipped is not None:
+        skipped.update(found)
+    return tools, agents
+
+
+def resolve_index(index: str | Path) -> Path:
+    """The folder ``--index`` names, absolute and with symlinks resolved: the swap and the lock are
+    beside the real folder (a link stays a link, and a sync through the link and one through the
+    folder share one lock). A link to nothing is refused."""
+    path = Path(os.path.abspath(index))  # "." or "idx/" name the folder itself
+    if path.is_symlink() and not path.exists():
+        raise ConfigError(f"--index {index}: a symlink to {os.readlink(path)!r}, which does not exist; create that "
+                          "folder or give --index a real folder; nothing was changed")
+    return Path(os.path.realpath(path))
+
+
+@contextmanager
+def _write_errors(index: Path) -> Iterator[None]:
+    """A full disk (or quota) while the new index is written, or a loader that put the old index back
+    mid-swap: the swap has removed its unfinished copy and left the old index in place, so say so
+    instead of a traceback."""
+    try:
+        yield
+    except FolderPutBack:
+        raise DataError("a reader put the index back while this sync swapped it (a crash recovery racing the "
+                        "swap); the index was not changed: run the sync again", index) from None
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        raise DataError(f"no space left on the device while writing the new index ({e.strerror}); the index was "
+                        "not changed and nothing of the new one was left behind: free some space and run the sync "
+                        "again", index) from None
 
 
 def _check_target(path: Path) -> bool:
@@ -121,34 +186,106 @@ def index_lock(index: str | Path, wait: float = LOCK_WAIT) -> Iterator[Path]:
         os.close(fd)  # releases the lock
 
 
+def _written_by_us(index: Path) -> set[str] | None:
+    """The paths (relative, posix) the retriever wrote into ``index``: its manifest's list and the
+    manifest itself; None when it has no manifest (an index saved before manifests existed)."""
+    try:
+        files = json.loads((index / MANIFEST).read_text(encoding="utf-8")).get("files")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError) as e:
+        raise DataError(f"not readable ({type(e).__name__}): cannot tell the index's files from yours; nothing was "
+                        "changed", index / MANIFEST) from None
+    return set(files or ()) | {MANIFEST}
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    """A hard link (instant, no space; the old index is deleted after the swap), else a copy."""
+    try:
+        os.link(src, dst, follow_symlinks=False)
+    except OSError:
+        shutil.copy2(src, dst, follow_symlinks=False)
+
+
+def carry_user_files(old: Path, new: Path, ours: set[str] | None) -> list[str]:
+    """Put into the freshly saved ``new`` everything of ``old`` (the live index) that the retriever did
+    not write (not in ``ours``, the old manifest's list), keeping modes and symlinks as they are; the
+    carried paths. A user's entry where the new save wrote a file, or (``ours`` None: no manifest)
+    any entry the new save did not write, is refused: ConfigError, and the swap does not happen."""
+    carried, unknown = [], []
+
+    def walk(rel: PurePosixPath) -> None:
+        for entry in sorted(os.scandir(old / rel), key=lambda e: e.name):
+            r = (rel / entry.name).as_posix()
+            if _OWN_TEMP.fullmatch(entry.name) or (ours is not None and r in ours):
+                continue
+            target = new / r
+            if entry.is_dir(follow_symlinks=False) and ((target.is_dir() and not target.is_symlink())
+                                                        or any(o.startswith(r + "/") for o in ours or ())):
+                walk(rel / entry.name)  # a folder of the retriever's that may hold something of the user's
+                continue
+            if ours is None:
+                if not (target.exists() or target.is_symlink()):
+                    unknown.append(r)
+                continue
+            if target.exists() or target.is_symlink():
+                raise ConfigError(f"--index {old}: {r!r} is not a file of the index (its {MANIFEST} does not list "
+                                  "it), but the new index writes a file of that name; move it out of the index "
+                                  "and sync again; nothing was changed")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if entry.is_dir(follow_symlinks=False):
+                shutil.copytree(entry.path, target, symlinks=True, copy_function=_link_or_copy)
+            else:
+                _link_or_copy(entry.path, str(target))
+            carried.append(r)
+
+    walk(PurePosixPath("."))
+    if unknown:
+        raise ConfigError(f"--index {old}: the index has no {MANIFEST} (saved by an older toolgraph), so its own "
+                          f"old files cannot be told from yours: {', '.join(unknown[:5])}"
+                          f"{' ...' if len(unknown) > 5 else ''}. Move your files out (or delete what is an old "
+                          "index file) and sync again; nothing was changed")
+    return carried
+
+
 def _swap_in(retriever: Retriever, path: Path) -> Path:
-    """Save into a hidden sibling, then two renames (``files.swap_folder``; the caller holds the lock,
-    so the unfinished copies of a sync that died are nobody else's)."""
-    _check_target(path)
+    """Save into a hidden sibling, carry the user's files over, then two renames (``files.swap_folder``;
+    the caller holds the lock, so the unfinished and old copies of a sync that died are nobody else's)."""
+    exists = _check_target(path)
     clean_new_copies(path)
-    swap_folder(path, retriever.save)
+    clean_old_copies(path)
+    ours = _written_by_us(path) if exists else set()
+
+    def build(tmp: Path) -> None:
+        retriever.save(tmp)
+        if exists:  # after the save: the new manifest does not list the carried files, so they stay the user's
+            carry_user_files(path, tmp, ours)
+
+    swap_folder(path, build)
     return path
 
 
 def save_atomically(retriever: Retriever, path: str | Path, wait: float = LOCK_WAIT) -> Path:
     """Save ``retriever`` to ``path`` so that ``path`` is always either the old or the new index.
     ``path`` must be absent, empty or a saved index (anything else: ConfigError, nothing changed);
-    the write holds the index lock (see :func:`index_lock`)."""
-    path = Path(os.path.abspath(path))  # "." or "idx/" name the folder itself
-    with index_lock(path, wait):
+    the write holds the index lock (see :func:`index_lock`); files of the user's in it are kept."""
+    path = resolve_index(path)
+    with _write_errors(path), index_lock(path, wait):
         recover(path)
         return _swap_in(retriever, path)
 
 
 def sync_index(catalog: str | Path, index: str | Path, retriever: Any = None,
-               wait: float = LOCK_WAIT, on_duplicate: str = "error") -> dict[str, Any]:
-    """Bring ``index`` in line with ``catalog``; returns the counts (added/updated/removed/encoded).
-    ``created`` is true when no index was there (an absent or empty folder); a folder that exists
-    and is not an index is refused. Holds the index lock for the whole sync (``wait``: see
-    :func:`index_lock`)."""
-    tools, agents = read_catalog_any(catalog, on_duplicate)
-    shown, index = str(index), Path(os.path.abspath(index))
-    with index_lock(index, wait):
+               wait: float = LOCK_WAIT, on_duplicate: str = "error",
+               max_text_chars: int = MAX_TEXT_CHARS) -> dict[str, Any]:
+    """Bring ``index`` in line with ``catalog``; returns the counts (added/updated/removed/encoded, and
+    ``skipped``: catalog entries left out by ``on_duplicate``, by reason). ``created`` is true when no
+    index was there (an absent or empty folder); a folder that exists and is not an index is refused.
+    Holds the index lock for the whole sync (``wait``: see :func:`index_lock`)."""
+    skipped: Counter = Counter()
+    tools, agents = read_catalog_any(catalog, on_duplicate, skipped, max_text_chars)
+    shown, index = str(index), resolve_index(index)
+    with _write_errors(index), index_lock(index, wait):
         recover(index)
         if _check_target(index):
             r = load(index)
@@ -159,6 +296,7 @@ def sync_index(catalog: str | Path, index: str | Path, retriever: Any = None,
         if not hasattr(r, "sync"):
             raise ConfigError(f"index sync needs an agent index (t2a, agent_only, tool_only, mcp_zero); "
                               f"{index} holds a {type(r).__name__}")
-        counts = r.sync(tools, agents)
+        with embedding_cache_off():  # the index keeps its vectors: no cache_dir (./.cache/embeddings) is written
+            counts = r.sync(tools, agents)
         _swap_in(r, index)
-    return {**counts, "created": created, "index": shown}
+    return {**counts, "skipped": dict(skipped), "created": created, "index": shown}

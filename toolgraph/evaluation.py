@@ -26,7 +26,14 @@ from toolgraph import metrics as M
 from toolgraph.config import EvalConfig, to_dict
 from toolgraph.data.schema import Query, ToolDataset
 from toolgraph.errors import ConfigError, DataError
-from toolgraph.files import atomic_path, clean_new_copies, recover_folder, swap_folder, write_text_atomic
+from toolgraph.files import (
+    atomic_path,
+    clean_new_copies,
+    clean_old_copies,
+    recover_folder,
+    swap_folder,
+    write_text_atomic,
+)
 from toolgraph.retrieval.base import Ranking, Retriever
 from toolgraph.retrieval.steps import sentences
 
@@ -250,7 +257,8 @@ def replace_folder(dest: str | Path, build: Callable[[Path], Any], what: str = "
     """``build(tmp)`` swapped in at ``dest`` (``files.swap_folder``): an interrupted export leaves the old
     folder, never a mix. ``dest`` must be absent, empty, or a saved retriever (retriever.json)."""
     dest = Path(dest)
-    recover_folder(dest)  # what a killed (kill -9) export left: the old folder back, its unfinished copy gone
+    recover_folder(dest)  # what a killed (kill -9) export left: the old folder back (a rename) ...
+    clean_old_copies(dest)  # ... or, killed after its swap, the old copy: deleted by this writer, not a reader
     clean_new_copies(dest)
     check_output_folder(dest, what, ("retriever.json", "manifest.json"))
     return swap_folder(dest, build)

@@ -8,14 +8,21 @@ as evaluate.py writes), rankings.jsonl and curves.png.
 
 Safe to interrupt and to re-run: ``out_dir`` must be new, empty or an earlier run's folder (anything
 else is refused); a run first removes an earlier results.json, writes every file under a temp name
-and renames it, and writes results.json last. ``resume`` checks that the checkpoint was written by
-the same task with the same ``model`` section, and loads it weights-only. A NaN / inf loss stops the
-run (tasks/base.py); SIGTERM stops it at the end of the batch (exit 143).
+and renames it, and writes results.json last. Checkpoints too (``AtomicCheckpointIO``, below): each
+is written to ``.NAME.tmp-PID`` inside checkpoints/, fsynced and renamed, so a kill -9 or a full disk
+leaves the earlier checkpoint whole and never a cut file under its name (Lightning's own save goes
+through $TMPDIR, and its "move" is a copy into the final name when out_dir is on another filesystem).
+
+``resume`` checks that the checkpoint was written by the same task with the same ``model`` section,
+and loads it weights-only. A NaN / inf loss stops the run (tasks/base.py); SIGTERM stops it at the end of the batch (exit 143).
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import re
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -23,15 +30,18 @@ from typing import Any
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback, EMAWeightAveraging, LearningRateMonitor, ModelCheckpoint
+from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.trainer.states import TrainerFn
 
 from toolgraph.config import TrainConfig, config_from_dict, to_dict, to_yaml
-from toolgraph.errors import ConfigError
+from toolgraph.errors import ConfigError, ToolgraphError
 from toolgraph.evaluation import check_output_folder, retire_results, sigterm_deferred, write_text_atomic
+from toolgraph.files import atomic_path
 from toolgraph.registry import TASKS
 from toolgraph.retrieval.progress import progress_enabled
 
-__all__ = ["TrainConfig", "build_trainer", "check_resume", "config_from_dict", "resolve_resume", "train"]
+__all__ = ["AtomicCheckpointIO", "CheckpointWriteError", "TrainConfig", "build_trainer", "check_resume",
+           "config_from_dict", "resolve_resume", "train"]
 
 
 def available_cores() -> int:
@@ -106,6 +116,81 @@ class EMAWeights(EMAWeightAveraging):
             super().on_load_checkpoint(trainer, pl_module, checkpoint)
 
 
+# ---- checkpoint files: whole or absent ----------------------------------------------------------
+_TEMP = re.compile(r"\..+\.ckpt\.tmp-\d+")  # the name atomic_path gives a checkpoint's temp file
+
+
+class CheckpointWriteError(ToolgraphError, OSError):
+    """A checkpoint could not be written (e.g. the disk is full); the earlier file of that name is intact."""
+
+
+def _errnos(e: BaseException | None) -> set[int]:
+    """The errno of ``e`` and of the exceptions it came from (torch wraps a failed write in a RuntimeError)."""
+    seen: set[int] = set()
+    while e is not None:
+        if isinstance(e, OSError) and e.errno is not None:
+            seen.add(e.errno)
+        e = e.__cause__ or e.__context__
+    return seen
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Flush the folder's entries (the rename) to disk. Some filesystems cannot fsync a folder; the rename
+    has happened all the same, so that is no error."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def stale_temp_files(folder: Path) -> list[Path]:
+    """Temp files ``.NAME.ckpt.tmp-PID`` that a killed save left in ``folder`` (only names we make, no links)."""
+    if not folder.is_dir():
+        return []
+    return [p for p in folder.iterdir() if _TEMP.fullmatch(p.name) and p.is_file() and not p.is_symlink()]
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Lightning's ``TorchCheckpointIO``, except that a save serialises into ``.NAME.tmp-PID`` in the
+    checkpoint's own folder (``files.atomic_path``), fsyncs it, renames it over NAME (one filesystem:
+    atomic) and fsyncs the folder. A failed write removes the temp file and raises
+    ``CheckpointWriteError``, the earlier NAME untouched; a kill -9 leaves the earlier NAME (and a temp
+    file, which the next run into the folder removes)."""
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None) -> None:
+        if "://" in str(path):  # a remote URL (s3://...): fsspec's transaction is the right tool there
+            return super().save_checkpoint(checkpoint, path, storage_options)
+        if storage_options is not None:
+            raise TypeError(f"{type(self).__name__} takes no storage_options")
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            # streamed into the temp file: no second copy of the checkpoint in memory
+            with atomic_path(path) as tmp, tmp.open("wb") as f:
+                torch.save(checkpoint, f)
+                f.flush()
+                os.fsync(f.fileno())
+        except (OSError, RuntimeError) as e:
+            codes = _errnos(e)
+            if not codes:  # not a failed write (e.g. torch refusing an object): not ours to reword
+                raise
+            free = shutil.disk_usage(path.parent).free / 2**20
+            why = ("the disk is full" if codes & {errno.ENOSPC, errno.EDQUOT}
+                   else f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}")
+            raise CheckpointWriteError(
+                f"checkpoint {path}: not written, {why} ({free:.0f} MiB free there). The earlier {path.name}, if "
+                "any, is unchanged and no partial file was left. Free space (or point out_dir at a larger "
+                "disk) and continue with resume=auto") from e
+        _fsync_folder(path.parent)
+        return None
+
+
 def build_trainer(cfg: TrainConfig, out: Path) -> L.Trainer:
     t = cfg.trainer
     logged = TASKS.get(cfg.model.name).monitorable(cfg)
@@ -140,6 +225,9 @@ def build_trainer(cfg: TrainConfig, out: Path) -> L.Trainer:
         enable_progress_bar=progress_enabled(t.enable_progress_bar), num_sanity_val_steps=t.num_sanity_val_steps,
         logger=loggers or False, callbacks=callbacks, default_root_dir=str(out),
         use_distributed_sampler=False,  # our batch sampler shards by rank itself
+        # checkpoints written whole or not at all; Lightning hands the plugin to the strategy (DDP too).
+        # XLA needs its own CheckpointIO (tensors leave the TPU first)
+        plugins=[] if t.accelerator == "tpu" else [AtomicCheckpointIO()],
     )
 
 
@@ -213,6 +301,8 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     trainer = build_trainer(cfg, out)
     if trainer.is_global_zero:
         out.mkdir(parents=True, exist_ok=True)
+        for stale in stale_temp_files(out / "checkpoints"):  # what a save killed mid-write left: never whole
+            stale.unlink()
         retire_results(out)  # an earlier run's results never sit beside this run's config
         write_text_atomic(out / "config.yaml", to_yaml(cfg))
     with sigterm_deferred():  # Lightning ends the batch, then stops; exit 143

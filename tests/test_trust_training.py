@@ -1,0 +1,212 @@
+"""Issue 41 ("Trust"), training side.
+
+Finding 2: a checkpoint save is atomic on any filesystem: a full disk or a kill -9 mid-write leaves
+the earlier checkpoint whole and never a cut file under a checkpoint's name (a real tmpfs that is too
+small; a real SIGKILL of a process mid-save), DDP included."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import tiny_train_overrides
+
+from toolgraph.cli import main as cli
+from toolgraph.config import load_config
+from toolgraph.training import TrainConfig, build_trainer
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICK = ["test=false", "export=false"]
+
+
+def _overrides(data, model, out, steps=8, extra=()):
+    return [*tiny_train_overrides(data, model, out, steps=steps), *QUICK, *extra]
+
+
+def _cfg(out: Path, extra=()) -> TrainConfig:
+    return load_config(TrainConfig, [], [f"out_dir={out}", "trainer.accelerator=cpu", "trainer.devices=1",
+                                         "logger.wandb=false", "logger.csv=false", *extra])
+
+
+def _files(folder: Path) -> set[str]:
+    return {p.name for p in folder.iterdir()} if folder.is_dir() else set()
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    """``tmpfs(size)``: a new folder on its own small tmpfs (another filesystem than $TMPDIR, and a disk
+    that can be filled); unmounted after the test. Skipped where mounting is not permitted."""
+    mounted: list[Path] = []
+
+    def mount(size: str) -> Path:
+        point = tmp_path / f"tmpfs-{len(mounted)}"
+        point.mkdir()
+        proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(point)],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            pytest.skip(f"cannot mount a {size} tmpfs here (needs root / CAP_SYS_ADMIN): "
+                        f"{(proc.stderr or proc.stdout).strip()[:200]}")
+        mounted.append(point)
+        return point
+
+    yield mount
+    for point in mounted:
+        subprocess.run(["umount", "-l", str(point)], capture_output=True)
+
+
+# ---- finding 2: atomic checkpoint saves -------------------------------------------------------------
+def test_a_checkpoint_that_does_not_fit_leaves_the_earlier_one_whole(tmpfs):
+    out = tmpfs("5m") / "run"
+    io = build_trainer(_cfg(out), out).strategy.checkpoint_io  # what ModelCheckpoint saves through
+    last = out / "checkpoints" / "last.ckpt"
+    io.save_checkpoint({"step": 1, "w": torch.ones(2**18)}, last)  # 1 MiB: fits
+    errors = {}
+    for name in ("last.ckpt", "best-0-9.ckpt"):  # over the earlier file, and under a new name
+        with pytest.raises(OSError) as err:
+            io.save_checkpoint({"step": 2, "w": torch.ones(2**21)}, last.with_name(name))  # 8 MiB: does not fit
+        errors[name] = str(err.value)
+    old = torch.load(last, weights_only=True)  # still the whole earlier checkpoint
+    assert old["step"] == 1 and torch.equal(old["w"], torch.ones(2**18))
+    assert _files(last.parent) == {"last.ckpt"}  # no partial best-0-9.ckpt, no temp file left
+    for name, message in errors.items():  # says what failed, and that nothing was lost
+        assert f"{name}: not written, the disk is full" in message and "unchanged" in message, message
+
+
+def test_training_on_a_full_disk_stops_with_a_clear_error_and_no_cut_checkpoint(
+        synthetic_dataset_dir, tiny_bert_dir, tmpfs, capsys):
+    out = tmpfs("5m") / "run"  # room for config and logs, not for one 12 MB checkpoint
+    code = cli(["train", *_overrides(synthetic_dataset_dir, tiny_bert_dir, out)])
+    err = capsys.readouterr().err
+    assert code == 2 and "best-0-7.ckpt: not written, the disk is full" in err, err[-2000:]
+    assert "Traceback" not in err
+    assert _files(out / "checkpoints") == set()  # nothing under a checkpoint's name, no temp file
+
+
+_SLOW_SAVE = textwrap.dedent('''
+    import builtins, io, os, shutil, sys, time
+    from pathlib import Path
+
+    import torch
+
+    from toolgraph.config import load_config
+    from toolgraph.training import TrainConfig, build_trainer
+
+    out = Path(sys.argv[1])
+    cfg = load_config(TrainConfig, [], [f"out_dir={out}", "trainer.accelerator=cpu", "trainer.devices=1",
+                                        "logger.wandb=false", "logger.csv=false"])
+    checkpoint_io = build_trainer(cfg, out).strategy.checkpoint_io
+    last = out / "checkpoints" / "last.ckpt"
+    checkpoint_io.save_checkpoint({"step": 1, "w": torch.full((2**18,), 1.0)}, last)  # at full speed
+
+
+    class SlowDisk:  # a file on slow (network) storage: 20 ms per 64 KiB written
+        def __init__(self, f):
+            self._f = f
+
+        def write(self, data):
+            view = memoryview(data).cast("B")
+            for i in range(0, len(view), 65536):
+                self._f.write(view[i:i + 65536])
+                time.sleep(0.02)
+            return len(view)
+
+        def __getattr__(self, name):
+            return getattr(self._f, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return self._f.__exit__(*exc)
+
+
+    real_open = builtins.open
+
+    def slow_open(file, mode="r", *args, **kwargs):
+        f = real_open(file, mode, *args, **kwargs)
+        here = isinstance(file, (str, os.PathLike)) and Path(file).resolve().parent == last.parent.resolve()
+        return SlowDisk(f) if here and "w" in mode else f  # every file written into checkpoints/
+
+
+    builtins.open = io.open = slow_open
+    shutil._USE_CP_SENDFILE = False  # a copy into checkpoints/ writes through the slow disk too
+    print("writing", flush=True)
+    checkpoint_io.save_checkpoint({"step": 2, "w": torch.full((2**20,), 2.0)}, last)  # 4 MiB: 1.3 s or more
+    print("done", flush=True)
+''')
+
+
+def test_sigkill_mid_save_leaves_the_old_checkpoint_or_the_new_one(tmpfs, tmp_path):
+    out = tmpfs("64m") / "run"  # another filesystem than $TMPDIR, where Lightning's move is a copy
+    script = tmp_path / "slow_save.py"
+    script.write_text(_SLOW_SAVE)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path)}
+    proc = subprocess.Popen([sys.executable, str(script), str(out)], stdout=subprocess.PIPE, text=True, env=env,
+                            cwd=ROOT)
+    try:
+        while (line := proc.stdout.readline()) and line.strip() != "writing":
+            pass
+        assert line.strip() == "writing", "the child died before its second save"
+        time.sleep(0.4)  # a third of the way into the slow write
+        os.kill(proc.pid, signal.SIGKILL)
+        rest = proc.stdout.read()
+    finally:
+        proc.kill()
+        proc.wait()
+    assert "done" not in rest, "the save finished before the kill: nothing was tested"
+    folder = out / "checkpoints"
+    assert {n for n in _files(folder) if not n.startswith(".last.ckpt.tmp-")} == {"last.ckpt"}
+    ckpt = torch.load(folder / "last.ckpt", weights_only=True)  # whole: the old one or the new one
+    expected = {1: torch.full((2**18,), 1.0), 2: torch.full((2**20,), 2.0)}[ckpt["step"]]
+    assert torch.equal(ckpt["w"], expected)
+
+
+def test_ddp_trainer_saves_through_the_atomic_checkpoint_io(tmp_path):
+    out = tmp_path / "run"
+    trainer = build_trainer(_cfg(out, ["trainer.devices=2", "trainer.strategy=ddp"]), out)  # nothing launched yet
+    io = trainer.strategy.checkpoint_io  # Lightning hands the Trainer's plugin to the strategy
+    assert type(trainer.strategy).__name__ == "DDPStrategy"
+    assert f"{type(io).__module__}.{type(io).__name__}" == "toolgraph.training.AtomicCheckpointIO"
+
+
+_DDP_TRAIN = textwrap.dedent('''
+    import os, sys
+
+    from toolgraph.training import AtomicCheckpointIO
+    from toolgraph.cli import main
+
+    real = AtomicCheckpointIO.save_checkpoint
+
+    def logged(self, checkpoint, path, storage_options=None):  # which process saved what, through this class
+        with open(os.environ["SAVES_LOG"], "a") as f:
+            f.write(f"{os.environ.get('LOCAL_RANK', '0')} {os.path.basename(path)}\\n")
+        return real(self, checkpoint, path, storage_options)
+
+    AtomicCheckpointIO.save_checkpoint = logged
+    sys.exit(main(["train", *sys.argv[1:]]))
+''')
+
+
+@pytest.mark.distributed
+def test_ddp_training_saves_through_the_atomic_checkpoint_io(synthetic_dataset_dir, tiny_bert_dir, tmp_path):
+    out = tmp_path / "ddp"
+    script, saves = tmp_path / "ddp_train.py", tmp_path / "saves.log"
+    script.write_text(_DDP_TRAIN)
+    over = [o for o in _overrides(synthetic_dataset_dir, tiny_bert_dir, out) if not o.startswith("trainer.devices")]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1", "PYTHONPATH": str(ROOT),
+           "SAVES_LOG": str(saves)}
+    env.pop("LOCAL_RANK", None)
+    proc = subprocess.run([sys.executable, str(script), *over, "trainer.devices=2", "trainer.strategy=ddp",
+                           "trainer.val_check_interval=4"], env=env, capture_output=True, text=True, timeout=600,
+                          cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "GLOBAL_RANK: 1, MEMBER: 2/2" in proc.stderr + proc.stdout
+    assert saves.exists(), "no checkpoint was saved through AtomicCheckpointIO"
+    ranks, names = zip(*(line.split() for line in saves.read_text().splitlines()))
+    assert set(ranks) == {"0"} and "last.ckpt" in names and any(n.startswith("best-") for n in names)
+    assert torch.load(out / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 4

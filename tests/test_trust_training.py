@@ -2,9 +2,11 @@
 
 Finding 2: a checkpoint save is atomic on any filesystem: a full disk or a kill -9 mid-write leaves
 the earlier checkpoint whole and never a cut file under a checkpoint's name (a real tmpfs that is too
-small; a real SIGKILL of a process mid-save), DDP included."""
+small; a real SIGKILL of a process mid-save), DDP included. Finding 5: a new run into an earlier
+run's folder moves its checkpoints/ aside, and ``resume=auto`` takes the newest last checkpoint."""
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,7 +20,7 @@ from conftest import tiny_train_overrides
 
 from toolgraph.cli import main as cli
 from toolgraph.config import load_config
-from toolgraph.training import TrainConfig, build_trainer
+from toolgraph.training import TrainConfig, build_trainer, resolve_resume
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICK = ["test=false", "export=false"]
@@ -57,6 +59,15 @@ def tmpfs(tmp_path):
     yield mount
     for point in mounted:
         subprocess.run(["umount", "-l", str(point)], capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def first_run(synthetic_dataset_dir, tiny_bert_dir, tmp_path_factory):
+    """An earlier run's folder: 8 steps, validated at step 7: checkpoints/best-0-7.ckpt and last.ckpt."""
+    out = tmp_path_factory.mktemp("first") / "run"
+    assert cli(["train", *_overrides(synthetic_dataset_dir, tiny_bert_dir, out)]) == 0
+    assert _files(out / "checkpoints") == {"best-0-7.ckpt", "last.ckpt"}
+    return out
 
 
 # ---- finding 2: atomic checkpoint saves -------------------------------------------------------------
@@ -210,3 +221,38 @@ def test_ddp_training_saves_through_the_atomic_checkpoint_io(synthetic_dataset_d
     ranks, names = zip(*(line.split() for line in saves.read_text().splitlines()))
     assert set(ranks) == {"0"} and "last.ckpt" in names and any(n.startswith("best-") for n in names)
     assert torch.load(out / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 4
+
+
+# ---- finding 5: a new run does not mix with the earlier run's checkpoints --------------------------
+def test_a_new_run_into_an_earlier_run_folder_moves_its_checkpoints_aside(first_run, synthetic_dataset_dir,
+                                                                          tiny_bert_dir, tmp_path, capsys):
+    out = tmp_path / "run"
+    shutil.copytree(first_run, out)
+    before = {n: (out / "checkpoints" / n).read_bytes() for n in _files(out / "checkpoints")}
+    (out / "checkpoints" / ".last.ckpt.tmp-4242").write_bytes(b"cut")  # what a killed save left
+    assert cli(["train", *_overrides(synthetic_dataset_dir, tiny_bert_dir, out, steps=4)]) == 0  # no validation
+    err = capsys.readouterr().err
+    assert _files(out / "checkpoints") == {"last.ckpt"}  # not last-v1.ckpt beside the old run's two
+    assert torch.load(out / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 4
+    old = [p for p in out.iterdir() if p.name.startswith("checkpoints.old-")]
+    assert len(old) == 1 and f"moved to {old[0].name}/ (nothing deleted)" in err, err[-2000:]
+    assert {n: (old[0] / n).read_bytes() for n in _files(old[0])} == before  # kept whole, temp file gone
+    cfg = load_config(TrainConfig, [], _overrides(synthetic_dataset_dir, tiny_bert_dir, out, extra=["resume=auto"]))
+    assert resolve_resume(cfg, out) == str(out / "checkpoints" / "last.ckpt")  # this run's, not the old one
+
+
+def test_resume_auto_takes_the_newest_last_checkpoint(first_run, synthetic_dataset_dir, tiny_bert_dir, tmp_path):
+    """A folder that an earlier version re-ran a run into: last.ckpt (the first run) and last-v1.ckpt
+    (the re-run, newer). Resuming continues the re-run, and a run that resumes keeps its folder."""
+    out = tmp_path / "run"
+    shutil.copytree(first_run, out)
+    folder = out / "checkpoints"
+    shutil.copy(folder / "last.ckpt", folder / "last-v1.ckpt")
+    now = time.time()
+    os.utime(folder / "last.ckpt", (now - 3600, now - 3600))
+    os.utime(folder / "last-v1.ckpt", (now, now))
+    cfg = load_config(TrainConfig, [], _overrides(synthetic_dataset_dir, tiny_bert_dir, out, extra=["resume=auto"]))
+    assert resolve_resume(cfg, out) == str(folder / "last-v1.ckpt")
+    from toolgraph.training import set_aside_checkpoints
+
+    assert set_aside_checkpoints(out, str(folder / "last-v1.ckpt")) is None and folder.is_dir()

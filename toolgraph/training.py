@@ -13,8 +13,13 @@ is written to ``.NAME.tmp-PID`` inside checkpoints/, fsynced and renamed, so a k
 leaves the earlier checkpoint whole and never a cut file under its name (Lightning's own save goes
 through $TMPDIR, and its "move" is a copy into the final name when out_dir is on another filesystem).
 
-``resume`` checks that the checkpoint was written by the same task with the same ``model`` section,
-and loads it weights-only. A NaN / inf loss stops the run (tasks/base.py); SIGTERM stops it at the end of the batch (exit 143).
+A new run into an earlier run's folder (``resume`` unset, or ``resume=auto`` with nothing to resume)
+moves the old checkpoints/ aside to ``checkpoints.old-<time>/`` (nothing is deleted), so its last.ckpt
+and best-*.ckpt are the only ones there. ``resume=auto`` continues from the newest ``last*.ckpt``
+(an older folder may hold a ``last-v1.ckpt`` beside ``last.ckpt``). ``resume`` checks that the
+checkpoint was written by the same task with the same ``model`` section, and loads it weights-only.
+
+A NaN / inf loss stops the run (tasks/base.py); SIGTERM stops it at the end of the batch (exit 143).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import errno
 import os
 import re
 import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -41,7 +47,7 @@ from toolgraph.registry import TASKS
 from toolgraph.retrieval.progress import progress_enabled
 
 __all__ = ["AtomicCheckpointIO", "CheckpointWriteError", "TrainConfig", "build_trainer", "check_resume",
-           "config_from_dict", "resolve_resume", "train"]
+           "config_from_dict", "newest_last_checkpoint", "resolve_resume", "set_aside_checkpoints", "train"]
 
 
 def available_cores() -> int:
@@ -231,13 +237,24 @@ def build_trainer(cfg: TrainConfig, out: Path) -> L.Trainer:
     )
 
 
+_LAST = re.compile(r"last(-v\d+)?\.ckpt")  # last.ckpt, and last-vN.ckpt: Lightning's name when last.ckpt exists
+
+
+def newest_last_checkpoint(folder: Path) -> Path | None:
+    """The last checkpoint written most recently in ``folder``. Usually ``last.ckpt``; a folder that an
+    earlier version re-ran a run into also holds ``last-v1.ckpt`` (the re-run's progress), which is newer.
+    By modification time: the step a checkpoint records says nothing about which run wrote it."""
+    found = [p for p in folder.glob("last*.ckpt") if _LAST.fullmatch(p.name) and p.is_file()] if folder.is_dir() else []
+    return max(found, key=lambda p: (p.stat().st_mtime_ns, p.name), default=None)
+
+
 def resolve_resume(cfg: TrainConfig, out: Path) -> str | None:
     """The checkpoint to resume from (``check_resume``-ed), or None."""
     if cfg.resume is None:
         return None
     if cfg.resume == "auto":
-        last = out / "checkpoints" / "last.ckpt"
-        if not last.exists():
+        last = newest_last_checkpoint(out / "checkpoints")
+        if last is None:
             return None
         path = str(last)
     elif not Path(cfg.resume).is_file():
@@ -287,6 +304,28 @@ def check_resume(path: str | Path, cfg: TrainConfig) -> None:
                           "new out_dir")
 
 
+def _inside(path: str | Path, folder: Path) -> bool:
+    return Path(path).resolve().is_relative_to(folder.resolve())
+
+
+def set_aside_checkpoints(out: Path, resumed: str | None) -> Path | None:
+    """Before a run that does not continue this folder's checkpoints (``resumed`` is None or elsewhere):
+    an earlier run's ``checkpoints/`` renamed to ``checkpoints.old-<time>/`` (returned; nothing is
+    deleted). Left there, Lightning would save ``last-v1.ckpt`` beside the old ``last.ckpt`` (which
+    ``resume=auto`` would then continue) and keep the old ``best-*.ckpt`` beside the new ones."""
+    folder = out / "checkpoints"
+    if (resumed is not None and _inside(resumed, folder)) or not folder.is_dir() or not any(folder.iterdir()):
+        return None
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    dest, n = out / f"checkpoints.old-{stamp}", 1
+    while dest.exists() or dest.is_symlink():
+        dest, n = out / f"checkpoints.old-{stamp}-{n}", n + 1
+    os.rename(folder, dest)
+    print(f"out_dir: {out} held an earlier run's checkpoints/: moved to {dest.name}/ (nothing deleted), so this "
+          "new run starts with none; to continue that run instead, give resume=auto", file=sys.stderr)
+    return dest
+
+
 def train(cfg: TrainConfig) -> dict[str, Any]:
     from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
@@ -303,6 +342,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         out.mkdir(parents=True, exist_ok=True)
         for stale in stale_temp_files(out / "checkpoints"):  # what a save killed mid-write left: never whole
             stale.unlink()
+        set_aside_checkpoints(out, ckpt_path)
         retire_results(out)  # an earlier run's results never sit beside this run's config
         write_text_atomic(out / "config.yaml", to_yaml(cfg))
     with sigterm_deferred():  # Lightning ends the batch, then stops; exit 143

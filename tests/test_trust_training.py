@@ -2,9 +2,12 @@
 
 Finding 2: a checkpoint save is atomic on any filesystem: a full disk or a kill -9 mid-write leaves
 the earlier checkpoint whole and never a cut file under a checkpoint's name (a real tmpfs that is too
-small; a real SIGKILL of a process mid-save), DDP included. Finding 5: a new run into an earlier
-run's folder moves its checkpoints/ aside, and ``resume=auto`` takes the newest last checkpoint."""
+small; a real SIGKILL of a process mid-save). Finding 5: a new run into an earlier run's folder
+moves its checkpoints/ aside, and ``resume=auto`` takes the newest last checkpoint. Finding 7: a run
+that would train nothing is refused with a ConfigError naming the key; a run without validation
+says so. Weak: a seed outside 32 bits is a ConfigError."""
 
+import json
 import os
 import shutil
 import signal
@@ -256,3 +259,43 @@ def test_resume_auto_takes_the_newest_last_checkpoint(first_run, synthetic_datas
     from toolgraph.training import set_aside_checkpoints
 
     assert set_aside_checkpoints(out, str(folder / "last-v1.ckpt")) is None and folder.is_dir()
+
+
+# ---- finding 7: training that trains nothing ------------------------------------------------------
+@pytest.mark.parametrize("override,key", [
+    ("data.batch_size=512", "data.batch_size"),  # 240 training queries: no full batch
+    ("trainer.max_epochs=0", "trainer.max_epochs"),
+    ("trainer.max_steps=0", "trainer.max_steps"),
+    ("trainer.limit_train_batches=0", "trainer.limit_train_batches"),
+    ("trainer.limit_train_batches=0.01", "trainer.limit_train_batches"),  # 1 % of 15 batches
+    ("trainer.val_check_interval=100", "trainer.val_check_interval"),  # an epoch is 15 batches
+])
+def test_a_run_that_would_train_nothing_is_refused_naming_the_key(first_run, synthetic_dataset_dir, tiny_bert_dir,
+                                                                   tmp_path, capsys, override, key):
+    out = tmp_path / "run"
+    shutil.copytree(first_run, out)
+    before = sorted(str(p.relative_to(out)) for p in out.rglob("*"))
+    code = cli(["train", *_overrides(synthetic_dataset_dir, tiny_bert_dir, out), override])
+    err = capsys.readouterr().err
+    assert code == 2 and f"error: {key}:" in err, err[-2000:]
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == before  # nothing written, moved or removed
+
+
+def test_a_run_without_validation_says_so_on_stderr_and_in_results(synthetic_dataset_dir, tiny_bert_dir, tmp_path,
+                                                                     capsys):
+    out = tmp_path / "run"
+    over = tiny_train_overrides(synthetic_dataset_dir, tiny_bert_dir, out, steps=4)
+    assert cli(["train", *over, "trainer.limit_val_batches=0"]) == 0
+    err = capsys.readouterr().err
+    assert "warning: no validation ran" in err and "trainer.limit_val_batches" in err, err[-2000:]
+    training = json.loads((out / "results.json").read_text())["training"]
+    assert training["best_checkpoint"] == ""
+    assert len(training["warnings"]) == 1 and "the export use the last weights" in training["warnings"][0]
+
+
+# ---- weak: the seed -------------------------------------------------------------------------------
+@pytest.mark.parametrize("seed", [2**32, -1])
+def test_a_seed_outside_32_bits_is_a_config_error(seed, synthetic_dataset_dir, tiny_bert_dir, tmp_path, capsys):
+    code = cli(["train", *_overrides(synthetic_dataset_dir, tiny_bert_dir, tmp_path / "run"), f"seed={seed}"])
+    err = capsys.readouterr().err
+    assert code == 2 and "error: seed:" in err and "4294967295" in err, err[-2000:]

@@ -19,6 +19,11 @@ and best-*.ckpt are the only ones there. ``resume=auto`` continues from the newe
 (an older folder may hold a ``last-v1.ckpt`` beside ``last.ckpt``). ``resume`` checks that the
 checkpoint was written by the same task with the same ``model`` section, and loads it weights-only.
 
+A run that would train nothing is refused before it writes anything, with a ConfigError naming the
+key: ``trainer.max_epochs`` / ``max_steps`` / ``limit_train_batches`` of 0, a ``data.batch_size``
+that leaves no full training batch, an int ``trainer.val_check_interval`` longer than an epoch, and a
+``seed`` outside 0..2^32-1. A run in which no validation ran (so there is no best checkpoint and the
+test and export use the last weights) says so on stderr and in results.json (``training.warnings``).
 A NaN / inf loss stops the run (tasks/base.py); SIGTERM stops it at the end of the batch (exit 143).
 """
 
@@ -47,7 +52,8 @@ from toolgraph.registry import TASKS
 from toolgraph.retrieval.progress import progress_enabled
 
 __all__ = ["AtomicCheckpointIO", "CheckpointWriteError", "TrainConfig", "build_trainer", "check_resume",
-           "config_from_dict", "newest_last_checkpoint", "resolve_resume", "set_aside_checkpoints", "train"]
+           "check_training_batches", "check_trains_something", "config_from_dict", "newest_last_checkpoint",
+           "resolve_resume", "set_aside_checkpoints", "train"]
 
 
 def available_cores() -> int:
@@ -326,6 +332,63 @@ def set_aside_checkpoints(out: Path, resumed: str | None) -> Path | None:
     return dest
 
 
+def check_trains_something(cfg: TrainConfig) -> None:
+    """Refuse, before anything is built, settings under which fit runs no training step: Lightning then
+    skips fit quietly and the run would test and export the untrained model with exit 0."""
+    t = cfg.trainer
+    if not 0 <= cfg.seed <= 2**32 - 1:  # L.seed_everything seeds NumPy, which takes 32 bits (else a ValueError)
+        raise ConfigError(f"seed: {cfg.seed!r} is out of range; give an integer from 0 to {2**32 - 1}")
+    for key, value, fix in [("max_epochs", t.max_epochs, "1 or more (or -1: no limit, with trainer.max_steps)"),
+                            ("max_steps", t.max_steps, "1 or more (or -1: no limit, with trainer.max_epochs)"),
+                            ("limit_train_batches", t.limit_train_batches, "null (all), a count >= 1 or a share > 0")]:
+        if value is not None and value == 0:
+            raise ConfigError(f"trainer.{key}: {value!r} trains nothing (the export would be the untrained model); "
+                              f"give {fix}")
+
+
+def check_training_batches(cfg: TrainConfig, dm: L.LightningDataModule, world: int) -> int | None:
+    """The training batches of one epoch on each of ``world`` ranks, after ``trainer.limit_train_batches``
+    (None when the datamodule has no ``train_sampler`` to count). Refuses 0 batches (naming
+    ``data.batch_size`` or ``trainer.limit_train_batches``) and an int ``trainer.val_check_interval``
+    longer than an epoch (Lightning stops with a ValueError deep inside fit). Counted before fit from
+    the datamodule's own batch sampler: the one fit will use."""
+    if not callable(getattr(dm, "train_sampler", None)):
+        return None
+    t, size = cfg.trainer, dm.train_size()
+    per_rank = len(dm.train_sampler(0, world))  # every rank gets as many batches (DDP needs equal counts)
+    batch = getattr(cfg.data, "batch_size", None)
+    if per_rank == 0:
+        ranks = f" over {world} ranks" if world > 1 else ""
+        raise ConfigError(f"data.batch_size: {batch} leaves no full training batch for {size} training examples"
+                          f"{ranks} (an incomplete last batch is dropped), so nothing would train. Give "
+                          f"data.batch_size <= {max(1, size // world)}")
+    limit = t.limit_train_batches
+    batches = per_rank if limit is None else min(per_rank, limit) if isinstance(limit, int) else int(per_rank * limit)
+    if batches == 0:
+        raise ConfigError(f"trainer.limit_train_batches: {limit!r} of {per_rank} training batches is none, so "
+                          f"nothing would train; give at least {1 / per_rank:.3g} (or a count >= 1, or null)")
+    v = t.val_check_interval
+    validates = t.check_val_every_n_epoch is not None and t.limit_val_batches != 0
+    if isinstance(v, int) and not isinstance(v, bool) and validates and v > batches:
+        raise ConfigError(f"trainer.val_check_interval: {v} batches is longer than an epoch ({batches} training "
+                          f"batches of data.batch_size={batch}), so no validation could run in it. Give at most "
+                          f"{batches}, a share of the epoch (e.g. 1.0), or trainer.check_val_every_n_epoch=null to "
+                          "count batches across epochs")
+    return batches
+
+
+def _no_best_warning(cfg: TrainConfig, trainer: L.Trainer) -> str:
+    if cfg.checkpoint.save_top_k == 0:
+        return ("checkpoint.save_top_k=0 keeps no best checkpoint: the test and the export use the last "
+                "weights")
+    if cfg.checkpoint.monitor in trainer.callback_metrics:
+        return (f"no best checkpoint was saved for {cfg.checkpoint.monitor}: the test and the export use the "
+                "last weights")
+    return (f"no validation ran ({trainer.global_step} steps; see trainer.val_check_interval, "
+            "trainer.check_val_every_n_epoch, trainer.limit_val_batches, trainer.max_steps), so there is no best "
+            "checkpoint: the test and the export use the last weights, unvalidated")
+
+
 def train(cfg: TrainConfig) -> dict[str, Any]:
     from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
@@ -333,11 +396,13 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     out = Path(cfg.out_dir)
     if rank_zero_only.rank == 0:  # before anything is built: never write into someone else's folder
         check_output_folder(out, "out_dir")
+    check_trains_something(cfg)
     ckpt_path = resolve_resume(cfg, out)
     L.seed_everything(cfg.seed, workers=True)
     task = TASKS.get(cfg.model.name)(to_dict(cfg))
     dm = task.datamodule_for(cfg)
     trainer = build_trainer(cfg, out)
+    check_training_batches(cfg, dm, trainer.world_size)  # before anything is written or moved
     if trainer.is_global_zero:
         out.mkdir(parents=True, exist_ok=True)
         for stale in stale_temp_files(out / "checkpoints"):  # what a save killed mid-write left: never whole
@@ -351,6 +416,10 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     summary: dict[str, Any] = {"fit_seconds": fit_seconds, "global_step": trainer.global_step,
                                **throughput(trainer, cfg, fit_seconds)}
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
+    if not best:  # loud: an export that looks like any other but was never validated
+        summary["warnings"] = [_no_best_warning(cfg, trainer)]
+        if trainer.is_global_zero:
+            print(f"warning: {summary['warnings'][0]}", file=sys.stderr)
     if cfg.test:
         with sigterm_deferred():
             tested = trainer.test(task, datamodule=dm, ckpt_path=best or None, verbose=trainer.is_global_zero,

@@ -242,3 +242,19 @@ def test_ordinary_aliases_still_load(tmp_path):
     from toolgraph.config import EvaluateConfig
 
     assert load_config(EvaluateConfig, [path]).eval.ks == [1, 5]
+
+
+def test_a_run_with_a_literal_dollar_brace_trains_and_its_checkpoint_loads(synthetic_dataset_dir, tiny_bert_dir,
+                                                                          tmp_path):
+    """Before: the task re-read the run's config as a "checkpoint config" and refused the literal."""
+    from conftest import tiny_train_overrides
+
+    from toolgraph.training import train
+
+    out = tmp_path / "run"
+    over = [*tiny_train_overrides(synthetic_dataset_dir, tiny_bert_dir, out, steps=8), r"logger.run_name=cost \${usd}"]
+    summary = train(load_config(TrainConfig, [], over))
+    ckpt = torch.load(summary["best_checkpoint"], map_location="cpu", weights_only=True)
+    assert config_from_dict(ckpt["hyper_parameters"]["config"]).logger.run_name == "cost ${usd}"
+    assert load_config(TrainConfig, [out / "config.yaml"]).logger.run_name == "cost ${usd}"
+    assert len(toolgraph.load(summary["best_checkpoint"]).retrieve(["weather"], 2).ids[0]) == 2

@@ -386,7 +386,7 @@ class TrainConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     seed: int = 0
     out_dir: str = bounded("runs/default", check=lambda v: None if str(v).strip() else "must name a folder")
-    resume: str | None = None  # "auto" (out_dir/checkpoints/last.ckpt if present) or a path
+    resume: str | None = None  # "auto" (the newest last*.ckpt in out_dir/checkpoints, if any) or a path
     test: bool = True
     export: bool = True
 

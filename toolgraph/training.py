@@ -44,7 +44,7 @@ from lightning.pytorch.callbacks import Callback, EMAWeightAveraging, LearningRa
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.trainer.states import TrainerFn
 
-from toolgraph.config import TrainConfig, config_from_dict, to_dict, to_yaml
+from toolgraph.config import TrainConfig, config_from_dict, to_dict, to_saved, to_yaml
 from toolgraph.errors import ConfigError, ToolgraphError
 from toolgraph.evaluation import check_output_folder, retire_results, sigterm_deferred, write_text_atomic
 from toolgraph.files import atomic_path
@@ -399,7 +399,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     check_trains_something(cfg)
     ckpt_path = resolve_resume(cfg, out)
     L.seed_everything(cfg.seed, workers=True)
-    task = TASKS.get(cfg.model.name)(to_dict(cfg))
+    task = TASKS.get(cfg.model.name)(to_saved(cfg))  # saved form: a literal ${ stays one
     dm = task.datamodule_for(cfg)
     trainer = build_trainer(cfg, out)
     check_training_batches(cfg, dm, trainer.world_size)  # before anything is written or moved

@@ -309,7 +309,8 @@ class AgentRetriever(Retriever):
         path = folder / "entity_vectors.safetensors"
         vecs = read_tensors(path)  # in memory: the file may be rewritten under a running server
         self.tool_vectors = read_matrix(path, "tool_vectors", len(self.tools), "tools", vecs)
-        self.agent_vectors = read_matrix(path, "agent_vectors", len(self.agents), "agents (agents.jsonl)", vecs)
+        self.agent_vectors = read_matrix(path, "agent_vectors", len(self.agents), "agents (agents.jsonl)", vecs,
+                                         width=self.tool_vectors.shape[1], width_of="its tool_vectors")
         docs = self.documents() + self.agent_documents()
         stored = torch.cat([self.tool_vectors, self.agent_vectors])
         self._vectors = {hashlib.sha1(d.encode()).hexdigest(): v for d, v in zip(docs, stored)}

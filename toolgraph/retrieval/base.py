@@ -114,7 +114,7 @@ class Retriever(ABC):
         scores: list[torch.Tensor] = []
         for part in batches(len(step_lists), batch_size, progress):
             chunk = [list(s) for s in step_lists[part]]
-            values, indices = topk(merged_scores(self.score, chunk, merge), k)
+            values, indices = topk(merged_scores(self.score, chunk, merge), k, self.tools)
             scores.append(values)
             ids += [[self.tools[i].id for i in row] for row in indices.tolist()]
         return Ranking(ids, torch.cat(scores) if scores else torch.zeros(0, k))
@@ -222,7 +222,7 @@ class Retriever(ABC):
         """[Q, N] scores over ``self.tools``."""
 
     def _search(self, queries: list[str], k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return topk(self.score(queries), k)
+        return topk(self.score(queries), k, self.tools)  # a NaN / inf score is an error, not rank 1
 
     def _save_state(self, folder: Path) -> None:  # noqa: B027 - optional hook: most state is the config
         """Write what ``_load_state`` needs beyond the config and the tools."""

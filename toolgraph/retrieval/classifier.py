@@ -18,7 +18,7 @@ from safetensors.torch import save_file
 
 from toolgraph.data.formats import read_json
 from toolgraph.errors import DataError
-from toolgraph.nn.storage import read_tensors
+from toolgraph.nn.storage import read_matrix, read_tensors
 from toolgraph.registry import RETRIEVERS
 from toolgraph.retrieval.dense import DenseConfig, DenseRetriever
 
@@ -83,4 +83,7 @@ class ClassifierRetriever(DenseRetriever):
             raise DataError(f"the head has {self.weight.shape[0] if self.weight.dim() else 0} outputs (weight "
                             f"{list(self.weight.shape)}, bias {list(self.bias.shape)}) for {n} tools in "
                             "head_tools.json: the files come from different saves; re-save the retriever", path)
+        self.weight = read_matrix(path, "weight", n, "tools in head_tools.json", head,  # float32, as wide as the encoder
+                                  width=self._encoder_width(), width_of="the encoder's")
+        self.bias = self.bias.float()
         self._build()

@@ -8,6 +8,7 @@ re-evaluating an unchanged model encodes nothing, and ``add_tools`` encodes only
 
 from __future__ import annotations
 
+import json
 import shutil
 import threading
 from contextlib import contextmanager
@@ -249,10 +250,23 @@ class DenseRetriever(Retriever):
         self._check_encoder_folder()
         path = folder / "tool_vectors.safetensors"
         if path.is_file():
-            self.tool_vectors = read_matrix(path, "tool_vectors", len(self.tools), "tools")
+            self.tool_vectors = read_matrix(path, "tool_vectors", len(self.tools), "tools",
+                                            width=self._encoder_width(), width_of="the encoder's")
             self._build_faiss()
         else:
             self._build()
+
+    def _encoder_width(self) -> int | None:
+        """The width of this retriever's query vectors, known without loading the model: the encoder
+        in memory, else the ``hidden_size`` in its folder's config.json; None for a model known only
+        by name (a mismatch then fails the first query)."""
+        if self._encoder is not None:
+            return self._encoder.dim
+        try:
+            width = json.loads((Path(self._model_name()) / "config.json").read_text(encoding="utf-8")).get("hidden_size")
+        except (OSError, ValueError, AttributeError):
+            return None
+        return width if isinstance(width, int) else None
 
     def _check_encoder_folder(self) -> None:
         """At load: the model of a saved folder is the encoder saved inside it (e.g. ``encoder/``),

@@ -103,8 +103,9 @@ class GNNRetriever(Retriever):
         if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
             raise DataError("expected a JSON list of tool ids; re-save the retriever", folder / "graph_tools.json")
         if ids:
+            width = self.isolated("tool", torch.zeros(1, self.config.dim)).shape[1]  # what the GNN gives a query
             vectors = read_matrix(folder / "graph_tools.safetensors", "vectors", len(ids),
-                                  "tools of graph_tools.json")
+                                  "tools of graph_tools.json", width=width, width_of="the GNN's outputs")
         else:
             vectors = torch.zeros(0, 0)
         self.graph_tools = dict(zip(ids, vectors, strict=True))

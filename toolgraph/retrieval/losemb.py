@@ -255,12 +255,13 @@ class LoSemBRetriever(Retriever):
                             state_path)
         n_queries = len(state["query_tools"])
         self.query_x = read_matrix(path, "query_x", n_queries, "queries of losemb.json", t)
-        self.query_delta = read_matrix(path, "query_delta", n_queries, "queries of losemb.json", t)
-        seen = read_matrix(path, "seen_delta", len(state["seen"]), "seen tools of losemb.json", t) \
+        d, of = (self.query_x.shape[1] if n_queries else None), "the query_x vectors"  # one space for all
+        self.query_delta = read_matrix(path, "query_delta", n_queries, "queries of losemb.json", t, d, of)
+        seen = read_matrix(path, "seen_delta", len(state["seen"]), "seen tools of losemb.json", t, d, of) \
             if state["seen"] else None
         self.seen_delta = dict(zip(state["seen"], seen, strict=True)) if seen is not None else {}
         self.n_train, self.query_tools, self.examples = state["n_train"], state["query_tools"], state["examples"]
-        tool_x = read_matrix(path, "tool_x", len(self.tools), "tools", t)
+        tool_x = read_matrix(path, "tool_x", len(self.tools), "tools", t, d, of)
         self.text_vectors = dict(zip((tool.id for tool in self.tools), tool_x, strict=True))
         self._build()
 

@@ -27,7 +27,7 @@ from toolgraph.config import bounded
 from toolgraph.data.formats import read_json
 from toolgraph.data.schema import ToolDataset
 from toolgraph.errors import DataError
-from toolgraph.nn.storage import read_matrix
+from toolgraph.nn.storage import check_width, read_matrix
 from toolgraph.registry import RETRIEVERS
 from toolgraph.retrieval.dense import DenseConfig, DenseRetriever
 
@@ -108,4 +108,6 @@ class QueryKNNRetriever(DenseRetriever):
         self.examples = [(e["text"], [str(t) for t in e["tools"]]) for e in data]
         self.example_vectors = read_matrix(folder / VECTORS, "example_vectors", len(self.examples), "training queries")
         super()._load_state(folder)  # the description vectors (their file, or _build)
+        check_width(self.example_vectors, "example_vectors", self.tool_vectors.shape[1], folder / VECTORS,
+                    "the tool vectors")  # both come from the one encoder
         self._index_examples()

@@ -22,7 +22,7 @@ from toolgraph.data.schema import ToolDataset
 from toolgraph.errors import DataError
 from toolgraph.nn.encoder import check_encoder_folder, load_backbone
 from toolgraph.nn.rerankers import PairScorer, ToolRefiner
-from toolgraph.nn.storage import read_tensors
+from toolgraph.nn.storage import check_width, read_tensors, tensor_header
 from toolgraph.registry import RETRIEVERS
 from toolgraph.retrieval.base import Retriever, RetrieverConfig
 from toolgraph.retrieval.pipeline import BELOW, Reranker
@@ -79,6 +79,8 @@ class _NetworkReranker(Reranker):
         self.network = None
         if (folder / self.config.model).is_dir():  # the tokenizer is checked now, the weights on first use
             check_encoder_folder(folder / self.config.model)
+        if (folder / "head.safetensors").is_file():
+            read_tensors(folder / "head.safetensors")  # NaN / inf weights refused at load, not at the first query
 
     def _saved_config(self):
         c = self.config
@@ -157,6 +159,11 @@ class RefinerReranker(_NetworkReranker):
     def _load_state(self, folder: Path) -> None:
         super()._load_state(folder)
         self.vectors = Retriever.load(folder / self.config.vectors)
+        project = tensor_header(folder / "head.safetensors").get("project.weight")  # [hidden, D]: D = vector width
+        table = getattr(self.vectors, "tool_vectors", None)
+        if project is not None and table is not None and table.dim() == 2:
+            check_width(table, "tool_vectors", project["shape"][-1], folder / self.config.vectors,
+                        "the refiner's inputs (project.weight in head.safetensors)")
         self._row = {t.id: i for i, t in enumerate(self.vectors.tools)}
         missing = [t.id for t in self.tools if t.id not in self._row]
         if missing:

@@ -22,13 +22,27 @@ Bounded requests (:class:`Limits`, every one an option of ``toolgraph serve``): 
 error), a request not answered within ``request_timeout`` seconds gets 503, POST bodies must be
 ``application/json`` (415), and the Host and Origin headers of every route must name this machine
 (421 / 403; DNS-rebinding protection, as the MCP SDK does on ``/mcp``).
+
+Bounded connections (HTTP; each open socket holds a file descriptor, and a server out of them used
+to die): at most ``limit_concurrency`` connections (one more: 503, closed), a whole request within
+``header_timeout`` seconds (else 408, closed), idle keep-alive connections closed after
+``keep_alive_timeout``; a request line or headers over the parser's limit get 414 / 431, and every
+refused client reads its answer before the socket closes (no reset). ``--host`` / ``--port`` are
+checked and bound before the index loads, and ``ulimit -n`` must hold the connections.
+
+Failures are answers: a NaN / infinite score (a broken vector or model) is HTTP 500 with a JSON
+error or an MCP tool error, counted in ``/health`` ``errors``; a client gone mid-body is one log
+line; over stdio, a request holding a lone surrogate escape gets a tool error instead of silence.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import errno
+import http
 import json
+import logging
 import os
 import queue
 import sys
@@ -51,6 +65,8 @@ LOCAL_HOSTS = ("127.0.0.1:*", "localhost:*", "[::1]:*")
 LOCAL_ORIGINS = ("http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*")
 DRAIN_BYTES = 64 * 1024 * 1024  # an oversized body is read and dropped up to this, then the connection is cut
 TRIM_EVERY = 1.0  # seconds between two returns of freed heap memory to the OS (release_free_memory)
+LINGER = 5.0  # seconds a refused HTTP client has to finish sending before its socket is closed
+_LOG = logging.getLogger("uvicorn.error")  # where uvicorn's own warnings go ("Invalid HTTP request received")
 
 
 def _malloc_trim() -> Any:
@@ -88,15 +104,19 @@ class Limits:
     request_timeout: float = 30.0
     allowed_hosts: tuple[str, ...] = LOCAL_HOSTS
     allowed_origins: tuple[str, ...] = LOCAL_ORIGINS
+    limit_concurrency: int = 100  # HTTP connections open at once; one more gets 503 and is closed
+    header_timeout: float = 10.0  # seconds a connection has to send a whole request line + headers (+ body), else 408
+    keep_alive_timeout: float = 5.0  # seconds an idle keep-alive connection stays open between requests
 
     def __post_init__(self) -> None:
-        for key in ("max_query_chars", "max_body_bytes"):
+        for key in ("max_query_chars", "max_body_bytes", "limit_concurrency"):
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"--{key.replace('_', '-')} must be an integer >= 1, got {value!r}")
-        t = self.request_timeout
-        if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t < float("inf"):
-            raise ConfigError(f"--request-timeout must be a number of seconds > 0, got {t!r}")
+        for key in ("request_timeout", "header_timeout", "keep_alive_timeout"):
+            t = getattr(self, key)
+            if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t < float("inf"):
+                raise ConfigError(f"--{key.replace('_', '-')} must be a number of seconds > 0, got {t!r}")
         object.__setattr__(self, "allowed_hosts", tuple(self.allowed_hosts))
         object.__setattr__(self, "allowed_origins", tuple(self.allowed_origins))
         if not self.allowed_hosts:
@@ -187,6 +207,7 @@ class LiveIndex:
         self.last_error: str | None = None
         self.batches: deque[int] = deque(maxlen=1024)  # sizes of the last batches (for the benchmark)
         self.counts = {"requests": 0, "batches": 0, "batched": 0, "errors": 0, "timeouts": 0, "refused": 0}
+        self.last_request_error: str | None = None  # why the index last failed to answer (health says it)
         self._count_lock = threading.Lock()
         self._queue: queue.Queue = queue.Queue()
         self._closed = threading.Event()
@@ -285,6 +306,7 @@ class LiveIndex:
                     fut.set_result(res[:k])
             except Exception as e:  # noqa: BLE001 - every waiting caller gets the error
                 self._count("errors", len(items))
+                self.last_request_error = f"{type(e).__name__}: {e}"[:500]
                 for *_, fut in items:
                     fut.set_exception(e)
 
@@ -351,7 +373,8 @@ class LiveIndex:
             counts = dict(self.counts)
         return {"status": "ok", "retriever": r.name, "tools": len(r.tools), "agents": len(getattr(r, "agents", [])),
                 "reloads": reloads, "reload_errors": reload_errors, "last_reload_error": last_error,
-                **counts, "mean_batch": round(counts["batched"] / counts["batches"], 2) if counts["batches"] else 0,
+                **counts, "last_request_error": self.last_request_error,
+                "mean_batch": round(counts["batched"] / counts["batches"], 2) if counts["batches"] else 0,
                 "queued": self._queue.qsize()}
 
 
@@ -423,8 +446,8 @@ def build_server(index: LiveIndex, name: str = "toolgraph", limits: Limits | Non
     async def _call(fn, query: str, k: int) -> list[dict]:
         try:
             return await anyio.to_thread.run_sync(fn, query, k)
-        except ValueError as e:  # the caller's mistake (or a busy server): the model reads the message
-            raise ToolError(str(e)) from None
+        except (ValueError, ToolgraphError) as e:  # the caller's mistake, a busy server, a broken index: the
+            raise ToolError(str(e)) from None  # model reads the message
 
     @server.tool()
     async def search_tools(query: str, k: int = 5) -> list[dict]:
@@ -462,6 +485,8 @@ def build_server(index: LiveIndex, name: str = "toolgraph", limits: Limits | Non
             return JSONResponse({"error": str(e)}, status_code=e.status)
         except ValueError as e:
             return JSONResponse({"error": str(e)}, status_code=400)
+        except ToolgraphError as e:  # the index failed to answer (e.g. NaN scores): counted in /health "errors"
+            return JSONResponse({"error": str(e)}, status_code=500)
         return JSONResponse({"query": query, "k": k, "results": results})
 
     @server.custom_route("/search", methods=["GET", "POST"])
@@ -480,37 +505,69 @@ def build_server(index: LiveIndex, name: str = "toolgraph", limits: Limits | Non
             return JSONResponse({"error": str(e)}, status_code=e.status)
         return JSONResponse({**index.health(), "limits": {
             "max_query_chars": limits.max_query_chars, "max_body_bytes": limits.max_body_bytes,
-            "request_timeout": limits.request_timeout, "max_k": MAX_K}})
+            "request_timeout": limits.request_timeout, "max_k": MAX_K, "limit_concurrency": limits.limit_concurrency,
+            "header_timeout": limits.header_timeout, "keep_alive_timeout": limits.keep_alive_timeout}})
 
     return server
 
 
-class _RefuseLargeBodies:
-    """ASGI wrapper: a request whose declared Content-Length is over the limit gets 413 on every
-    route (``/mcp`` included). The body is read and dropped first, up to ``DRAIN_BYTES``, so that a
-    client still sending it reads the 413 instead of a reset connection; past that it is cut off."""
+class _WholeBodies:
+    """ASGI wrapper of every route (``/mcp`` included): a request's body is read in full before the
+    route sees it, so the routes never meet a half-sent body.
+
+    - A declared Content-Length over the limit gets 413; the body is read and dropped first, up to
+      ``DRAIN_BYTES``, so that a client still sending it reads the 413 instead of a reset connection;
+      past that it is cut off. A chunked body that grows over the limit gets 413 too.
+    - A client that disconnects (or is cut off by ``header_timeout``) in the middle of its body is
+      logged in one line, not with a traceback per request: nobody is left to answer."""
 
     def __init__(self, app: Any, limit: int):
         self.app, self.limit = app, limit
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] == "http":
-            declared = dict(scope.get("headers") or []).get(b"content-length", b"").strip()
-            if declared.isdigit() and int(declared) > self.limit:
-                from starlette.responses import JSONResponse
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        from starlette.responses import JSONResponse
 
-                drained, more = 0, True
-                while more and drained <= DRAIN_BYTES:
-                    message = await receive()
-                    if message["type"] != "http.request":
-                        break
-                    drained += len(message.get("body", b""))
-                    more = message.get("more_body", False)
-                response = JSONResponse({"error": f"request body is {int(declared)} bytes; the limit is {self.limit} "
+        declared = dict(scope.get("headers") or []).get(b"content-length", b"").strip()
+        if declared.isdigit() and int(declared) > self.limit:
+            drained, more = 0, True
+            while more and drained <= DRAIN_BYTES:
+                message = await receive()
+                if message["type"] != "http.request":
+                    break
+                drained += len(message.get("body", b""))
+                more = message.get("more_body", False)
+            response = JSONResponse({"error": f"request body is {int(declared)} bytes; the limit is {self.limit} "
+                                              "(--max-body-bytes)"}, status_code=413)
+            await response(scope, receive, send)
+            return
+        body, more = bytearray(), True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":  # http.disconnect
+                client = ":".join(map(str, scope.get("client") or ("?", "?")))
+                _LOG.warning("%s - %s %s: the client disconnected after %d of %s body bytes; nothing answered",
+                               client, scope["method"], scope["path"], len(body), declared.decode() or "?")
+                return
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+            if len(body) > self.limit:
+                response = JSONResponse({"error": f"request body is over {self.limit} bytes, the limit "
                                                   "(--max-body-bytes)"}, status_code=413)
                 await response(scope, receive, send)
                 return
-        await self.app(scope, receive, send)
+        replayed = False
+
+        async def replay() -> dict:  # the whole body once, then the connection's own events (disconnect)
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": bytes(body), "more_body": False}
+
+        await self.app(scope, replay, send)
 
 
 def http_app(server: Any, host: str = "127.0.0.1"):
@@ -524,30 +581,291 @@ def http_app(server: Any, host: str = "127.0.0.1"):
                                          allowed_origins=list(limits.allowed_origins))
     app = server.streamable_http_app(stateless_http=False, max_request_body_size=limits.max_body_bytes,
                                      transport_security=security, host=host)
-    return _RefuseLargeBodies(app, limits.max_body_bytes)
+    return _WholeBodies(app, limits.max_body_bytes)
+
+
+def _bounded_protocol(limits: Limits) -> type:
+    """uvicorn's h11 protocol with the bounds it lacks. Each open socket holds a file descriptor:
+    sockets that never finish their request used to pile up until ``accept`` failed with EMFILE and
+    the server died. Here:
+
+    - a connection over ``limit_concurrency`` gets 503 and is closed;
+    - a request line + headers (+ body) not complete ``header_timeout`` seconds after the connection
+      opened (or after the previous response) gets 408 and is closed;
+    - a request line or headers over h11's size limit gets 414 / 431 (uvicorn: a bare 400);
+    - a refused client gets its answer before the socket closes: the server stops writing and reads
+      (and drops) what the client still sends, for up to ``LINGER`` seconds, instead of closing a
+      socket with unread data, which the kernel answers with a reset that loses the response. At
+      most ``limit_concurrency`` refused sockets linger at once; more are closed at once."""
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class BoundedH11Protocol(H11Protocol):
+        lingering = 0  # refused sockets still open (one event loop: no lock needed)
+
+        def connection_made(self, transport: Any) -> None:
+            self._timer: Any = None
+            self._drained: int | None = None  # bytes dropped since the refusal; None: not refused
+            super().connection_made(transport)
+            if len(self.connections) > limits.limit_concurrency:
+                self._refuse(503, f"over {limits.limit_concurrency} open connections (--limit-concurrency): "
+                                  "retry later")
+                return
+            self._update_timer()
+
+        def data_received(self, data: bytes) -> None:
+            if self._drained is not None:  # refused: read and drop until the client closes
+                self._drained += len(data)
+                if self._drained > DRAIN_BYTES:
+                    self.transport.close()
+                return
+            super().data_received(data)
+            self._update_timer()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self._update_timer()  # the next request on this connection gets header_timeout too
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._cancel_timer()
+            if self._drained is not None:
+                type(self).lingering -= 1
+            super().connection_lost(exc)
+
+        def _update_timer(self) -> None:
+            """A timer runs while the client owes us (part of) a request, from the moment it began to."""
+            waiting = self.conn.their_state in (h11.IDLE, h11.SEND_BODY) and not self.transport.is_closing()
+            if waiting and self._timer is None:
+                self._timer = self.loop.call_later(limits.header_timeout, self._too_slow)
+            elif not waiting:
+                self._cancel_timer()
+
+        def _cancel_timer(self) -> None:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+
+        def _too_slow(self) -> None:
+            self._timer = None
+            if self.cycle is not None and self.cycle.response_started and not self.cycle.response_complete:
+                self.transport.close()  # a response is on its way: no room for a 408
+            else:
+                self._refuse(408, f"the request did not arrive in full within {limits.header_timeout:g} s "
+                                  "(--header-timeout)")
+
+        def send_400_response(self, msg: str) -> None:  # uvicorn calls it when h11 refuses the request
+            data, limit = self.conn.trailing_data[0], self.config.h11_max_incomplete_event_size
+            if limit is not None and len(data) > limit:  # h11's bound on the request line and headers
+                status, what = (414, "request line") if b"\n" not in data else (431, "request headers")
+                self._refuse(status, f"{what} over {limit} bytes: send a long query in a POST /search body")
+            else:
+                self._refuse(400, "not a valid HTTP/1.1 request")
+
+        def _refuse(self, status: int, message: str) -> None:
+            """Answer ``status`` with a JSON error and close the connection (after lingering, see above)."""
+            self._cancel_timer()
+            self.connections.discard(self)  # a refused socket no longer counts as a served connection
+            if self.transport.is_closing():
+                return
+            body = json.dumps({"error": message}).encode()
+            head = (f"HTTP/1.1 {status} {http.HTTPStatus(status).phrase}\r\ncontent-type: application/json\r\n"
+                    f"content-length: {len(body)}\r\nconnection: close\r\n\r\n").encode()
+            self.transport.write(head + body)
+            if self._drained is not None or not self.transport.can_write_eof() \
+                    or type(self).lingering >= limits.limit_concurrency:
+                self.transport.close()
+                return
+            type(self).lingering += 1
+            self._drained = 0
+            self.transport.write_eof()  # the client reads the answer, then end of stream
+            self.transport.resume_reading()
+            self.loop.call_later(LINGER, self.transport.close)
+
+    return BoundedH11Protocol
+
+
+_FULL = [0.0]  # when "out of file descriptors" was last said
+
+
+def _loop_error(loop: Any, context: dict) -> None:
+    """The event loop's error handler. ``accept`` out of file descriptors (EMFILE; the limits and
+    ``_check_descriptors`` make it rare: a burst of connects) is survivable: asyncio stops accepting for a second
+    and tries again. Its default handler logs through the logging setup, which may need a file (a lazy
+    import) and then fails itself, taking the server down: that case (said at most once a second) and
+    any failure to log are one line on stderr instead."""
+    exc = context.get("exception")
+    if isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE):
+        if time.monotonic() - _FULL[0] >= 1.0:
+            _FULL[0] = time.monotonic()
+            sys.stderr.write("toolgraph serve: out of file descriptors; not accepting connections for a second "
+                             "(lower --limit-concurrency or raise ulimit -n)\n")
+        return
+    try:
+        loop.default_exception_handler(context)
+    except Exception as e:  # noqa: BLE001 - logging itself failed: never let that stop the server
+        sys.stderr.write(f"toolgraph serve: {context.get('message')} ({exc!r}; logging failed: {e!r})\n")
+
+
+def _listen(host: Any, port: Any) -> Any:
+    """The server's socket, bound before the index loads: a bad --host / --port, a port in use or
+    not allowed is a ConfigError at once, not a traceback after a long load."""
+    import socket
+
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise ConfigError(f"--port must be an integer from 0 to 65535 (0: any free port), got {port!r}")
+    if not isinstance(host, str) or not host.strip():
+        raise ConfigError(f"--host must be a host name or address such as 127.0.0.1, got {host!r}")
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host.strip("[]"), port))
+    except OSError as e:
+        sock.close()
+        raise ConfigError(f"--host {host} --port {port}: cannot listen there ({e.strerror or e}); choose another "
+                          "--port (or --host)") from None
+    return sock
+
+
+def _check_descriptors(limits: Limits) -> None:
+    """A ConfigError when ``ulimit -n`` cannot hold ``limit_concurrency`` served connections, as many
+    refused ones lingering, and what the process holds now (Linux; elsewhere nothing is checked). A
+    burst of connections may still exhaust the rest for a moment: see ``_loop_error``."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        held = len(os.listdir("/proc/self/fd"))
+    except (ImportError, OSError):
+        return
+    need = held + 2 * limits.limit_concurrency + 16
+    if soft != resource.RLIM_INFINITY and need > soft:
+        raise ConfigError(f"--limit-concurrency {limits.limit_concurrency} needs about {need} file descriptors "
+                          f"({held} open now, 2 per allowed connection), but ulimit -n is {soft}: lower "
+                          "--limit-concurrency or raise ulimit -n")
+
+
+async def _run_stdio(server: Any) -> None:
+    """``server.run("stdio")``, except that a request holding a lone surrogate escape (``"\\ud800"``)
+    is answered: the SDK's JSON parser refuses such a line and drops it, and the client waits for
+    ever. Such a ``tools/call`` gets a tool error, any other request a JSON-RPC error."""
+    import io
+
+    import anyio
+    from mcp.server.stdio import stdio_server
+    from mcp.shared.message import SessionMessage
+
+    replies: list = []  # the write stream, once open
+
+    async def lines():
+        stdin = anyio.wrap_file(io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace"))
+        async for line in stdin:
+            reply = _surrogate_reply(line)
+            if reply is None:
+                yield line
+            elif reply is not False:
+                await replies[0].send(SessionMessage(reply))
+
+    async with stdio_server(stdin=lines()) as (read_stream, write_stream):
+        replies.append(write_stream)
+        low = server._lowlevel_server  # what MCPServer.run_stdio_async runs, on these streams
+        await low.run(read_stream, write_stream, low.create_initialization_options())
+
+
+def _surrogate_reply(line: str) -> Any:
+    """None for a line to pass on; else the reply to a JSON-RPC line whose strings hold a lone
+    surrogate (False: a notification, nothing to answer)."""
+    if "\\ud" not in line.lower():  # every surrogate escape starts so (valid pairs too: parsed below)
+        return None
+    try:
+        message = json.loads(line)  # Python's parser keeps a lone surrogate; the SDK's refuses the line
+    except ValueError:
+        return None
+    if not isinstance(message, dict) or not _has_lone_surrogate(message):
+        return None
+    import mcp_types as types
+
+    text = "query must be valid Unicode text (it holds a lone surrogate escape such as \\ud800)"
+    if "id" not in message or not isinstance(message["id"], (int, str)):
+        print(f"toolgraph serve: dropped a notification with {text[6:]}", file=sys.stderr, flush=True)
+        return False
+    if message.get("method") == "tools/call":
+        result = types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
+        return types.JSONRPCResponse(jsonrpc="2.0", id=message["id"],
+                                     result=result.model_dump(by_alias=True, exclude_none=True, mode="json"))
+    return types.JSONRPCError(jsonrpc="2.0", id=message["id"],
+                              error=types.ErrorData(code=types.INVALID_PARAMS, message="strings must be valid "
+                                                    "Unicode text (a lone surrogate escape such as \\ud800)"))
+
+
+def _has_lone_surrogate(obj: Any) -> bool:
+    if isinstance(obj, str):
+        try:
+            obj.encode("utf-8")
+        except UnicodeEncodeError:
+            return True
+        return False
+    if isinstance(obj, dict):
+        return any(_has_lone_surrogate(k) or _has_lone_surrogate(v) for k, v in obj.items())
+    return isinstance(obj, list) and any(_has_lone_surrogate(v) for v in obj)
 
 
 def serve(retriever: str | Path, transport: str = "stdio", host: str = "127.0.0.1", port: int = 8000,
           max_batch: int = 32, max_query_chars: int = Limits.max_query_chars,
           max_body_bytes: int = Limits.max_body_bytes, request_timeout: float = Limits.request_timeout,
           allowed_hosts: tuple[str, ...] | list[str] | None = None,
-          allowed_origins: tuple[str, ...] | list[str] | None = None) -> None:
-    """Run the server until interrupted (``toolgraph serve``). Refuses to start (``DataError``) on an
-    index that cannot be served; every limit is a :class:`Limits` field."""
+          allowed_origins: tuple[str, ...] | list[str] | None = None,
+          limit_concurrency: int = Limits.limit_concurrency, header_timeout: float = Limits.header_timeout,
+          keep_alive_timeout: float = Limits.keep_alive_timeout) -> None:
+    """Run the server until interrupted (``toolgraph serve``). Every limit is a :class:`Limits`
+    field. The options and (for HTTP) the socket are checked before the index loads (a ConfigError
+    naming the option); an index that cannot be served is a ``DataError``."""
     if transport not in ("stdio", "http"):
         raise ConfigError(f"--transport must be stdio or http, got {transport!r}")
     limits = Limits(max_query_chars=max_query_chars, max_body_bytes=max_body_bytes, request_timeout=request_timeout,
-                    allowed_hosts=tuple(allowed_hosts or LOCAL_HOSTS), allowed_origins=tuple(allowed_origins or LOCAL_ORIGINS))
-    index = LiveIndex(retriever, max_batch=max_batch, max_query_chars=max_query_chars, request_timeout=request_timeout)
-    server = build_server(index, limits=limits)
-    if transport == "stdio":
-        server.run("stdio")
-        return
+                    allowed_hosts=tuple(allowed_hosts or LOCAL_HOSTS), allowed_origins=tuple(allowed_origins or LOCAL_ORIGINS),
+                    limit_concurrency=limit_concurrency, header_timeout=header_timeout,
+                    keep_alive_timeout=keep_alive_timeout)
+    sock = _listen(host, port) if transport == "http" else None
+    try:
+        index = LiveIndex(retriever, max_batch=max_batch, max_query_chars=max_query_chars,
+                          request_timeout=request_timeout)
+        server = build_server(index, limits=limits)
+        if sock is None:
+            import anyio
+
+            anyio.run(_run_stdio, server)
+            return
+        _check_descriptors(limits)
+        _serve_http(server, limits, sock, host)
+    finally:
+        if sock is not None:
+            sock.close()
+
+
+def _serve_http(server: Any, limits: Limits, sock: Any, host: str) -> None:
+    import asyncio
+
     import uvicorn
 
-    # the request line and headers are bounded by h11 (a GET with a longer query string gets 400);
+    class Server(uvicorn.Server):
+        async def serve(self, sockets: Any = None) -> None:
+            asyncio.get_running_loop().set_exception_handler(_loop_error)
+            await super().serve(sockets)
+
+        async def startup(self, sockets: Any = None) -> None:
+            await super().startup(sockets)
+            if self.started:  # uvicorn says where it listens only for sockets it bound itself
+                name = sock.getsockname()
+                _LOG.info("toolgraph serve: listening on http://%s:%d (MCP at /mcp)",
+                          f"[{name[0]}]" if ":" in name[0] else name[0], name[1])
+
+    # the request line and headers are bounded by h11 (over it: 414 / 431);
     # room for a query of max_query_chars characters, percent-encoded
-    line_limit = max(65536, 9 * max_query_chars + 8192)
-    config = uvicorn.Config(http_app(server, host), host=host, port=port, log_level=server.settings.log_level.lower(),
-                            h11_max_incomplete_event_size=line_limit)
-    uvicorn.Server(config).run()
+    line_limit = max(65536, 9 * limits.max_query_chars + 8192)
+    config = uvicorn.Config(http_app(server, host), host=host, log_level=server.settings.log_level.lower(),
+                            http=_bounded_protocol(limits), ws="none", h11_max_incomplete_event_size=line_limit,
+                            timeout_keep_alive=limits.keep_alive_timeout,
+                            # connections are capped by the protocol; uvicorn's own check (at each request)
+                            # then bounds requests still running for clients that are gone
+                            limit_concurrency=limits.limit_concurrency + 1)
+    Server(config).run(sockets=[sock])

@@ -282,6 +282,15 @@ def test_limits_are_checked():
             Limits(**{key: bad})
 
 
+@pytest.mark.parametrize("flag, bad", [("--limit-concurrency", "0"), ("--header-timeout", "0"),
+                                       ("--keep-alive-timeout", "-1")])
+def test_toolgraph_serve_passes_the_connection_limits(flag, bad, tmp_path, capsys):
+    """The options reach serve(): a bad value is refused, naming it, before any index is read."""
+    assert cli(["serve", "--retriever", str(tmp_path / "no-index"), "--transport", "http", flag, bad]) == 2
+    err = capsys.readouterr().err
+    assert f"{flag} must be" in err and "no-index" not in err
+
+
 # ---- WEAK cases of finding 9 -----------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def plain_server(bm25_index, tmp_path_factory):

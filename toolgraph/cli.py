@@ -246,7 +246,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from toolgraph.serving import serve
 
     serve(args.retriever, args.transport, args.host, args.port, args.max_batch, args.max_query_chars,
-          args.max_body_bytes, args.request_timeout, args.allowed_host, args.allowed_origin)
+          args.max_body_bytes, args.request_timeout, args.allowed_host, args.allowed_origin,
+          limit_concurrency=args.limit_concurrency, header_timeout=args.header_timeout,
+          keep_alive_timeout=args.keep_alive_timeout)
     return 0
 
 
@@ -404,6 +406,10 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--max-query-chars", type=int, default=4096, help="longer queries are refused (HTTP 413 / MCP error)")
     v.add_argument("--max-body-bytes", type=int, default=65536, help="larger request bodies are refused (HTTP 413)")
     v.add_argument("--request-timeout", type=float, default=30.0, help="seconds before a request gets 503 / an MCP error")
+    v.add_argument("--limit-concurrency", type=int, default=100, help="HTTP connections open at once; one more gets 503")
+    v.add_argument("--header-timeout", type=float, default=10.0, help="seconds to send a whole request, else 408")
+    v.add_argument("--keep-alive-timeout", type=float, default=5.0,
+                   help="seconds an idle keep-alive connection stays open")
     v.add_argument("--allowed-host", action="append", default=None,
                    help="accepted Host header, name:* = any port (repeatable; default 127.0.0.1:*, localhost:*, "
                         "[::1]:*; '*': no Host/Origin check)")

@@ -143,39 +143,34 @@ def test_an_oversized_model_config_is_refused_before_anything_is_allocated(tmp_p
     assert time.monotonic() - start < 120
 
 
-def test_a_saved_folder_never_loads_an_encoder_from_outside_itself(tmp_path, tiny_bert_dir):
+def _export_naming(tmp_path: Path, model: str | None = None) -> Path:
+    """The legacy exported folder, as older versions wrote it (no manifest), its model named ``model``."""
     folder = tmp_path / "export"
     shutil.copytree(LEGACY / "bi_encoder_export", folder)
-    (folder / "manifest.json").unlink(missing_ok=True)  # as older versions wrote it
-    meta = json.loads((folder / "retriever.json").read_text())
-    for model in (str(tiny_bert_dir), "../elsewhere/encoder", "~/models/x"):
+    (folder / "manifest.json").unlink(missing_ok=True)
+    if model is not None:
+        meta = json.loads((folder / "retriever.json").read_text())
         meta["config"]["model"] = model
         (folder / "retriever.json").write_text(json.dumps(meta))
+    return folder
+
+
+def test_a_saved_folder_never_loads_an_encoder_from_outside_itself(tmp_path, tiny_bert_dir):
+    for model in (str(tiny_bert_dir), "../elsewhere/encoder", "~/models/x"):
+        shutil.rmtree(tmp_path / "export", ignore_errors=True)
         with pytest.raises(DataError, match="outside the saved retriever") as e:
-            toolgraph.load(folder)
+            toolgraph.load(_export_naming(tmp_path, model))
         assert "retriever.json" in str(e.value)
 
 
 def test_a_saved_folder_never_downloads_its_encoder(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")  # even where the hub could be reached
-    folder = tmp_path / "export"
-    shutil.copytree(LEGACY / "bi_encoder_export", folder)
-    (folder / "manifest.json").unlink(missing_ok=True)
-    meta = json.loads((folder / "retriever.json").read_text())
-    meta["config"]["model"] = "someone-unknown/encoder-not-cached"
-    (folder / "retriever.json").write_text(json.dumps(meta))
     with pytest.raises(DataError, match="never downloads"):
-        toolgraph.load(folder)
+        toolgraph.load(_export_naming(tmp_path, "someone-unknown/encoder-not-cached"))
 
 
 def test_a_saved_folder_may_still_name_the_packaged_minilm(tmp_path):
-    folder = tmp_path / "export"
-    shutil.copytree(LEGACY / "bi_encoder_export", folder)
-    (folder / "manifest.json").unlink(missing_ok=True)
-    meta = json.loads((folder / "retriever.json").read_text())
-    meta["config"]["model"] = "all-MiniLM-L6-v2"
-    (folder / "retriever.json").write_text(json.dumps(meta))
-    assert toolgraph.load(folder).config.model == "all-MiniLM-L6-v2"
+    assert toolgraph.load(_export_naming(tmp_path, "all-MiniLM-L6-v2")).config.model == "all-MiniLM-L6-v2"
 
 
 # ---- configs: literals survive, aliases are bounded ------------------------------------------------

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import errno
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -27,3 +30,15 @@ class ConfigError(ToolgraphError, ValueError):
 
 class ModelNotFoundError(ToolgraphError, OSError):
     """A text encoder name or path that cannot be resolved offline."""
+
+
+@contextmanager
+def no_space_is_a_data_error(where: str | Path, writing: str, left: str) -> Iterator[None]:
+    """A full disk (or quota) inside the block: a DataError naming ``where``, saying what was being
+    written and what is ``left``, instead of a traceback. Any other OSError passes through."""
+    try:
+        yield
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        raise DataError(f"no space left on the device while writing {writing} ({e.strerror}); {left}", where) from None

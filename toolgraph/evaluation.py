@@ -10,7 +10,6 @@ naming the folder (``disk_full_is_an_error``), with the same guarantee. SIGTERM 
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import re
@@ -25,7 +24,7 @@ from typing import Any
 from toolgraph import metrics as M
 from toolgraph.config import EvalConfig, to_dict
 from toolgraph.data.schema import Query, ToolDataset
-from toolgraph.errors import ConfigError, DataError
+from toolgraph.errors import ConfigError, DataError, no_space_is_a_data_error
 from toolgraph.files import (
     atomic_path,
     clean_new_copies,
@@ -221,19 +220,13 @@ def read_results(path: str | Path) -> dict[str, Any]:
     return data
 
 
-@contextmanager
-def disk_full_is_an_error(out: str | Path) -> Iterator[None]:
+def disk_full_is_an_error(out: str | Path) -> Any:
     """A full disk (or quota) while writing ``out``: a DataError naming the folder, not a traceback.
     What is left is what an interrupted run leaves (temp files removed, no results.json, a swapped
     folder as it was), so the message says that and to re-run."""
-    try:
-        yield
-    except OSError as e:
-        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
-            raise
-        raise DataError(f"no space left on the device while writing the results ({e.strerror}); nothing was "
-                        "half-written (every file there is a whole one), but the folder has no results.json: this "
-                        "run is not saved. Free some space and re-run", out) from None
+    return no_space_is_a_data_error(out, "the results", "nothing was half-written (every file there is a whole "
+                                    "one), but the folder has no results.json: this run is not saved. Free some "
+                                    "space and re-run")
 
 
 def check_output_folder(path: str | Path, what: str, markers: tuple[str, ...] = OUTPUT_MARKERS) -> Path:

@@ -45,7 +45,6 @@ is never touched.
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import re
@@ -60,7 +59,7 @@ from typing import Any
 from toolgraph.data.formats import read_dataset
 from toolgraph.data.schema import Agent, Tool
 from toolgraph.data.sources.mcp import MAX_TEXT_CHARS, read_catalog
-from toolgraph.errors import ConfigError, DataError
+from toolgraph.errors import ConfigError, DataError, no_space_is_a_data_error
 from toolgraph.files import FolderPutBack, clean_new_copies, clean_old_copies, swap_folder
 from toolgraph.retrieval.base import Retriever
 from toolgraph.retrieval.dense import embedding_cache_off
@@ -118,16 +117,12 @@ def _write_errors(index: Path) -> Iterator[None]:
     mid-swap: the swap has removed its unfinished copy and left the old index in place, so say so
     instead of a traceback."""
     try:
-        yield
+        with no_space_is_a_data_error(index, "the new index", "the index was not changed and nothing of the new "
+                                      "one was left behind: free some space and run the sync again"):
+            yield
     except FolderPutBack:
         raise DataError("a reader put the index back while this sync swapped it (a crash recovery racing the "
                         "swap); the index was not changed: run the sync again", index) from None
-    except OSError as e:
-        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
-            raise
-        raise DataError(f"no space left on the device while writing the new index ({e.strerror}); the index was "
-                        "not changed and nothing of the new one was left behind: free some space and run the sync "
-                        "again", index) from None
 
 
 def _check_target(path: Path) -> bool:

@@ -346,3 +346,28 @@ def test_a_full_disk_during_evaluate_is_a_clear_error(small_disk, tiny_dataset_d
     assert "no space left" in err and str(out) in err and "re-run" in err and "Traceback" not in err
     assert not (out / "results.json").exists()
     assert not [p for p in out.rglob("*") if ".tmp-" in p.name or ".new-" in p.name]
+
+
+def test_toolgraph_retrieve_writes_nothing_into_the_working_folder(tmp_path, monkeypatch, tiny_bert_dir,
+                                                                   tiny_dataset_dir, capsys):
+    """A read stores no query vector (user text) in ./.cache, as the server does not (found on the
+    real DRAFT G2 catalog: ``toolgraph retrieve`` left .cache/embeddings in the working folder)."""
+    from toolgraph.cli import main
+    from toolgraph.data import load_dataset
+    from toolgraph.retrieval.dense import DenseConfig, DenseRetriever
+
+    r = DenseRetriever(DenseConfig(model=str(tiny_bert_dir), cache_dir=None, progress=False))
+    r.index(load_dataset(str(tiny_dataset_dir)).tools)
+    r.save(tmp_path / "index")
+    meta = json.loads((tmp_path / "index" / "retriever.json").read_text())
+    assert meta["config"]["model"] == "encoder"
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    index = tmp_path / "index"
+    meta["config"]["cache_dir"] = ".cache/embeddings"  # the default of a dense retriever
+    (index / "retriever.json").write_text(json.dumps(meta))
+    (index / "manifest.json").unlink()
+    assert main(["retrieve", "--checkpoint", str(index), "-k", "2", "weather in paris"]) == 0
+    assert "get_weather" in capsys.readouterr().out
+    assert list(work.iterdir()) == []

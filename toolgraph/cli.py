@@ -231,7 +231,10 @@ def cmd_retrieve(args: argparse.Namespace) -> int:
         from toolgraph.retrieval.tgr import with_graph
 
         retriever = with_graph(retriever, args.graph, **_options(args.graph_option))
-    ranking = retriever.retrieve(args.queries, args.k)
+    from toolgraph.retrieval.dense import embedding_cache_off
+
+    with embedding_cache_off():  # a read: the queries (user text) are never written to ./.cache, as in serve
+        ranking = retriever.retrieve(args.queries, args.k)
     by_id = {t.id: t for t in retriever.tools}
     for query, ids, scores in zip(args.queries, ranking.ids, ranking.scores.tolist(), strict=True):
         print(f"# {query}")

@@ -35,8 +35,31 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FolderPutBack", "atomic_path", "clean_new_copies", "clean_old_copies", "old_copies", "recover_folder",
-           "swap_folder", "write_text_atomic"]
+__all__ = ["TEMP_NAME", "FolderPutBack", "atomic_path", "clean_new_copies", "clean_old_copies", "fsync_folder",
+           "is_temp_name", "old_copies", "recover_folder", "swap_folder", "write_text_atomic"]
+
+
+TEMP_NAME = re.compile(r"\..+\.tmp-\d+")  # the names atomic_path writes to: ``.NAME.tmp-PID``
+
+
+def is_temp_name(name: str) -> bool:
+    """Whether ``name`` is an ``atomic_path`` temp file's (what a killed writer leaves; never a user's)."""
+    return TEMP_NAME.fullmatch(name) is not None
+
+
+def fsync_folder(folder: str | Path) -> None:
+    """Flush a folder's entries (a rename into it) to disk. Some filesystems cannot fsync a folder; the
+    rename has happened all the same, so that is no error."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 @contextmanager
@@ -59,6 +82,7 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
         f.write(text)
         f.flush()
         os.fsync(f.fileno())
+    fsync_folder(Path(path).parent)  # the rename too: after a power cut, the new file or the old one
     return Path(path)
 
 

@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import time
 from collections import Counter
@@ -60,7 +59,7 @@ from toolgraph.data.formats import read_dataset
 from toolgraph.data.schema import Agent, Tool
 from toolgraph.data.sources.mcp import MAX_TEXT_CHARS, read_catalog
 from toolgraph.errors import ConfigError, DataError, no_space_is_a_data_error
-from toolgraph.files import FolderPutBack, clean_new_copies, clean_old_copies, swap_folder
+from toolgraph.files import FolderPutBack, clean_new_copies, clean_old_copies, is_temp_name, swap_folder
 from toolgraph.retrieval.base import Retriever
 from toolgraph.retrieval.dense import embedding_cache_off
 from toolgraph.retrieval.loading import load, recover
@@ -70,7 +69,6 @@ from toolgraph.retrieval.pipeline import resolve_retriever
 __all__ = ["index_lock", "read_catalog_any", "recover", "save_atomically", "sync_index"]
 
 LOCK_WAIT = 60.0  # seconds a sync waits for another sync of the same index
-_OWN_TEMP = re.compile(r"\..+\.tmp-\d+")  # files.atomic_path's temp names: never a user's file to carry
 
 
 def read_catalog_any(path: str | Path, on_duplicate: str = "error", skipped: Counter | None = None,
@@ -212,7 +210,7 @@ def carry_user_files(old: Path, new: Path, ours: set[str] | None) -> list[str]:
     def walk(rel: PurePosixPath) -> None:
         for entry in sorted(os.scandir(old / rel), key=lambda e: e.name):
             r = (rel / entry.name).as_posix()
-            if _OWN_TEMP.fullmatch(entry.name) or (ours is not None and r in ours):
+            if is_temp_name(entry.name) or (ours is not None and r in ours):
                 continue
             target = new / r
             if entry.is_dir(follow_symlinks=False) and ((target.is_dir() and not target.is_symlink())

@@ -47,7 +47,7 @@ from lightning.pytorch.trainer.states import TrainerFn
 from toolgraph.config import TrainConfig, config_from_dict, to_dict, to_saved, to_yaml
 from toolgraph.errors import ConfigError, ToolgraphError
 from toolgraph.evaluation import check_output_folder, retire_results, sigterm_deferred, write_text_atomic
-from toolgraph.files import atomic_path
+from toolgraph.files import atomic_path, fsync_folder, is_temp_name
 from toolgraph.registry import TASKS
 from toolgraph.retrieval.progress import progress_enabled
 
@@ -129,7 +129,6 @@ class EMAWeights(EMAWeightAveraging):
 
 
 # ---- checkpoint files: whole or absent ----------------------------------------------------------
-_TEMP = re.compile(r"\..+\.ckpt\.tmp-\d+")  # the name atomic_path gives a checkpoint's temp file
 
 
 class CheckpointWriteError(ToolgraphError, OSError):
@@ -146,26 +145,12 @@ def _errnos(e: BaseException | None) -> set[int]:
     return seen
 
 
-def _fsync_folder(folder: Path) -> None:
-    """Flush the folder's entries (the rename) to disk. Some filesystems cannot fsync a folder; the rename
-    has happened all the same, so that is no error."""
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def stale_temp_files(folder: Path) -> list[Path]:
     """Temp files ``.NAME.ckpt.tmp-PID`` that a killed save left in ``folder`` (only names we make, no links)."""
     if not folder.is_dir():
         return []
-    return [p for p in folder.iterdir() if _TEMP.fullmatch(p.name) and p.is_file() and not p.is_symlink()]
+    return [p for p in folder.iterdir() if is_temp_name(p.name) and p.name.split(".tmp-")[0].endswith(".ckpt")
+            and p.is_file() and not p.is_symlink()]
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -199,7 +184,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
                 f"checkpoint {path}: not written, {why} ({free:.0f} MiB free there). The earlier {path.name}, if "
                 "any, is unchanged and no partial file was left. Free space (or point out_dir at a larger "
                 "disk) and continue with resume=auto") from e
-        _fsync_folder(path.parent)
+        fsync_folder(path.parent)
         return None
 
 

@@ -298,4 +298,4 @@ def test_a_run_without_validation_says_so_on_stderr_and_in_results(synthetic_dat
 def test_a_seed_outside_32_bits_is_a_config_error(seed, synthetic_dataset_dir, tiny_bert_dir, tmp_path, capsys):
     code = cli(["train", *_overrides(synthetic_dataset_dir, tiny_bert_dir, tmp_path / "run"), f"seed={seed}"])
     err = capsys.readouterr().err
-    assert code == 2 and "error: seed:" in err and "4294967295" in err, err[-2000:]
+    assert code == 2 and "key 'seed'" in err and "4294967295" in err and f"seed={seed}" in err, err[-2000:]

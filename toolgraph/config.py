@@ -384,7 +384,7 @@ class TrainConfig:
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
-    seed: int = 0
+    seed: int = bounded(0, ge=0, le=2**32 - 1)  # NumPy's seed (L.seed_everything) takes 32 bits
     out_dir: str = bounded("runs/default", check=lambda v: None if str(v).strip() else "must name a folder")
     resume: str | None = None  # "auto" (the newest last*.ckpt in out_dir/checkpoints, if any) or a path
     test: bool = True

@@ -21,9 +21,10 @@ checkpoint was written by the same task with the same ``model`` section, and loa
 
 A run that would train nothing is refused before it writes anything, with a ConfigError naming the
 key: ``trainer.max_epochs`` / ``max_steps`` / ``limit_train_batches`` of 0, a ``data.batch_size``
-that leaves no full training batch, an int ``trainer.val_check_interval`` longer than an epoch, and a
-``seed`` outside 0..2^32-1. A run in which no validation ran (so there is no best checkpoint and the
-test and export use the last weights) says so on stderr and in results.json (``training.warnings``).
+that leaves no full training batch, an int ``trainer.val_check_interval`` longer than an epoch (a
+``seed`` outside 0..2^32-1 already fails at config load). A run in which no validation ran (so there
+is no best checkpoint and the test and export use the last weights) says so on stderr and in
+results.json (``training.warnings``).
 A NaN / inf loss stops the run (tasks/base.py); SIGTERM stops it at the end of the batch (exit 143).
 """
 
@@ -321,8 +322,6 @@ def check_trains_something(cfg: TrainConfig) -> None:
     """Refuse, before anything is built, settings under which fit runs no training step: Lightning then
     skips fit quietly and the run would test and export the untrained model with exit 0."""
     t = cfg.trainer
-    if not 0 <= cfg.seed <= 2**32 - 1:  # L.seed_everything seeds NumPy, which takes 32 bits (else a ValueError)
-        raise ConfigError(f"seed: {cfg.seed!r} is out of range; give an integer from 0 to {2**32 - 1}")
     for key, value, fix in [("max_epochs", t.max_epochs, "1 or more (or -1: no limit, with trainer.max_steps)"),
                             ("max_steps", t.max_steps, "1 or more (or -1: no limit, with trainer.max_epochs)"),
                             ("limit_train_batches", t.limit_train_batches, "null (all), a count >= 1 or a share > 0")]:

@@ -335,27 +335,57 @@ def _tokenizer_files(art: dict[str, Any], where: str) -> dict[str, bytes]:
     return out
 
 
-def backbone_from_artifacts(art: dict[str, Any], where: str = "checkpoint artifacts") -> tuple[nn.Module, Any]:
-    """(randomly initialised model of the saved architecture, tokenizer) from ``backbone_artifacts``;
-    the weights come from the checkpoint's state dict. Never runs code from the checkpoint: an
-    ``auto_map`` in its configs or a file that is not a tokenizer file is refused before anything is
-    written or built, and transformers is told not to trust remote code."""
-    from transformers import AutoConfig, AutoModel, AutoTokenizer
+def _hf_config(art: Any, where: str) -> Any:
+    """The transformers config of ``backbone_artifacts``' ``hf_config``: a mapping that asks for no
+    custom code and names a model type transformers ships; anything else is a DataError."""
+    from transformers import AutoConfig
 
     if not isinstance(art, dict) or not isinstance(art.get("hf_config"), dict):
         raise DataError(f"{where}: hf_config must be a mapping (the model's Hugging Face config)")
     cfg_dict = dict(art["hf_config"])
     refuse_custom_code(cfg_dict, f"{where}: hf_config")
-    files = _tokenizer_files(art, where)  # all checked before anything is written
     try:
-        config = AutoConfig.for_model(cfg_dict.pop("model_type", None), **cfg_dict)
+        return AutoConfig.for_model(cfg_dict.pop("model_type", None), **cfg_dict)
     except (ValueError, TypeError, KeyError) as e:
         raise DataError(f"{where}: hf_config is not a config transformers knows ({type(e).__name__}: "
                         f"{str(e)[:200]})") from None
+
+
+def _model_from_config(config: Any, where: str) -> nn.Module:
+    """A randomly initialised model of ``config`` (BERT-likes without their unused pooler); a config the
+    architecture refuses (e.g. a hidden size its heads do not divide) is a DataError naming ``where``."""
+    from transformers import AutoModel
+
     try:
-        model = AutoModel.from_config(config, add_pooling_layer=False, trust_remote_code=False)
-    except TypeError:
-        model = AutoModel.from_config(config, trust_remote_code=False)
+        try:
+            return AutoModel.from_config(config, add_pooling_layer=False, trust_remote_code=False)
+        except TypeError:
+            return AutoModel.from_config(config, trust_remote_code=False)
+    except (ValueError, TypeError, KeyError, RuntimeError) as e:
+        raise DataError(f"{where}: hf_config does not build a model ({type(e).__name__}: {str(e)[:200]})") from None
+
+
+def _misfits(wanted: dict[str, tuple], state_dict: dict[str, Any], prefix: str) -> list[str]:
+    """The tensors of ``wanted`` ({name: shape}) that ``state_dict`` lacks or holds in another shape
+    under ``prefix``."""
+    out = []
+    for name, shape in wanted.items():
+        got = tuple(getattr(state_dict.get(prefix + name), "shape", ()))
+        if got != shape:
+            out.append(f"{name}: {list(shape)} by the config, {list(got) if got else 'none'} in the weights")
+    return out
+
+
+def backbone_from_artifacts(art: dict[str, Any], where: str = "checkpoint artifacts") -> tuple[nn.Module, Any]:
+    """(randomly initialised model of the saved architecture, tokenizer) from ``backbone_artifacts``;
+    the weights come from the checkpoint's state dict. Never runs code from the checkpoint: an
+    ``auto_map`` in its configs or a file that is not a tokenizer file is refused before anything is
+    written or built, and transformers is told not to trust remote code."""
+    from transformers import AutoTokenizer
+
+    config = _hf_config(art, where)
+    files = _tokenizer_files(art, where)  # all checked before anything is written
+    model = _model_from_config(config, where)
     with tempfile.TemporaryDirectory() as tmp:
         for name, raw in sorted(files.items()):
             (Path(tmp) / name).write_bytes(raw)
@@ -379,35 +409,18 @@ def check_backbones_fit(artifacts: Any, state_dict: dict[str, Any]) -> None:
     meta device (shapes only, no memory) and must match tensors of ``state_dict`` (under some prefix)
     shape for shape. A crafted config (hidden 65,536, 48 layers beside a few MB of weights) would
     otherwise allocate gigabytes before the weights are found not to fit."""
-    from transformers import AutoConfig, AutoModel
-
     for where, art in _backbone_artifacts_in(artifacts):
-        if not isinstance(art.get("hf_config"), dict):
-            raise DataError(f"checkpoint {where}: hf_config must be a mapping")
-        cfg_dict = dict(art["hf_config"])
-        refuse_custom_code(cfg_dict, f"checkpoint {where}: hf_config")
-        try:
-            config = AutoConfig.for_model(cfg_dict.pop("model_type", None), **cfg_dict)
-            with torch.device("meta"):
-                try:
-                    model = AutoModel.from_config(config, add_pooling_layer=False, trust_remote_code=False)
-                except TypeError:
-                    model = AutoModel.from_config(config, trust_remote_code=False)
-        except (ValueError, TypeError, KeyError) as e:
-            raise DataError(f"checkpoint {where}: hf_config is not a config transformers knows "
-                            f"({type(e).__name__}: {str(e)[:200]})") from None
+        config = _hf_config(art, f"checkpoint {where}")
+        with torch.device("meta"):
+            model = _model_from_config(config, f"checkpoint {where}")
         wanted = {k: tuple(t.shape) for k, t in model.state_dict().items()}  # [name] -> shape
         first = next(iter(wanted))
-        prefixes = [k[: -len(first)] for k in state_dict if k.endswith(first) and (k == first or k[-len(first) - 1] == ".")]
+        prefixes = [k[: -len(first)] for k in state_dict if k == first or k.endswith("." + first)]
         misfits = []
-        for prefix in prefixes:
-            misfit = [f"{name}: {list(shape)} by the config, "
-                      f"{list(getattr(state_dict.get(prefix + name), 'shape', [])) or 'none'} in the weights"
-                      for name, shape in wanted.items()
-                      if tuple(getattr(state_dict.get(prefix + name), "shape", ())) != shape]
-            if not misfit:
+        for prefix in prefixes:  # a backbone sits under some prefix of the task (query_encoder.backbone. ...)
+            misfits.append(_misfits(wanted, state_dict, prefix))
+            if not misfits[-1]:
                 break
-            misfits.append(misfit)
         else:
             shown = min(misfits, key=len) if misfits else [f"{first}: no such tensor in the weights"]
             raise DataError(f"checkpoint {where}: the encoder its config describes ({config.model_type}, hidden "

@@ -415,20 +415,6 @@ def check_headers(headers: Any, limits: Limits) -> None:
         raise err
 
 
-async def read_body(request: Any, limit: int) -> bytes:
-    """The request body, refused (413) once it is larger than ``limit`` bytes: by its declared
-    Content-Length before reading, or while reading, so at most ``limit`` bytes are ever held."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.strip().isdigit() and int(declared) > limit:
-        raise RequestTooLarge(f"request body is {int(declared)} bytes; the limit is {limit} (--max-body-bytes)")
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise RequestTooLarge(f"request body is over {limit} bytes, the limit (--max-body-bytes)")
-    return bytes(body)
-
-
 def build_server(index: LiveIndex, name: str = "toolgraph", limits: Limits | None = None):
     """The MCP server (``mcp.server.mcpserver.MCPServer``) with both tools and the JSON routes;
     :func:`http_app` makes its ASGI app with the same limits on ``/mcp``."""
@@ -468,7 +454,7 @@ def build_server(index: LiveIndex, name: str = "toolgraph", limits: Limits | Non
                     err = RequestError(f"Content-Type must be application/json, got {ctype or 'none'!r}")
                     err.status = 415
                     raise err
-                raw = await read_body(request, limits.max_body_bytes)
+                raw = await request.body()  # at most --max-body-bytes: _WholeBodies refused a larger one
                 try:
                     body = json.loads(raw)
                 except (ValueError, RecursionError) as e:

@@ -371,3 +371,18 @@ def test_toolgraph_retrieve_writes_nothing_into_the_working_folder(tmp_path, mon
     assert main(["retrieve", "--checkpoint", str(index), "-k", "2", "weather in paris"]) == 0
     assert "get_weather" in capsys.readouterr().out
     assert list(work.iterdir()) == []
+
+
+def test_a_canonical_catalogs_text_over_the_limit_is_refused_too(tmp_path):
+    """A tools.jsonl catalog given to index sync gets the MCP catalog's bound on each text."""
+    from toolgraph.sync import read_catalog_any
+
+    folder = tmp_path / "catalog"
+    folder.mkdir()
+    rows = [{"id": "ok", "name": "ok", "description": "fine"}, {"id": "huge", "name": "huge", "description": "x" * 70_000}]
+    (folder / "tools.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (folder / "queries.jsonl").write_text("")
+    with pytest.raises(DataError, match=r"tool 'huge': 'description' is 70,000 characters, over the limit") as e:
+        read_catalog_any(folder)
+    assert "tools.jsonl" in str(e.value)
+    assert len(read_catalog_any(folder, max_text_chars=100_000)[0]) == 2

@@ -57,7 +57,7 @@ from typing import Any
 
 from toolgraph.data.formats import read_dataset
 from toolgraph.data.schema import Agent, Tool
-from toolgraph.data.sources.mcp import MAX_TEXT_CHARS, read_catalog
+from toolgraph.data.sources.mcp import MAX_TEXT_CHARS, check_size, read_catalog
 from toolgraph.errors import ConfigError, DataError, no_space_is_a_data_error
 from toolgraph.files import FolderPutBack, clean_new_copies, clean_old_copies, is_temp_name, swap_folder
 from toolgraph.retrieval.base import Retriever
@@ -76,7 +76,7 @@ def read_catalog_any(path: str | Path, on_duplicate: str = "error", skipped: Cou
     """Tools and agents from an MCP servers file, a tools/list folder, or a canonical dataset folder;
     ``on_duplicate``: what a tool repeated inside one server (or a repeated query id) does:
     error, keep-first, keep-last (each copy left out is counted into ``skipped``, by reason);
-    ``max_text_chars``: the longest name / description / schema of an MCP catalog entry. A catalog
+    ``max_text_chars``: the longest name / description / schema of a catalog entry. A catalog
     without tools is a DataError naming it."""
     path = Path(path)
     if path.is_dir() and (path / "tools.jsonl").is_file():
@@ -85,6 +85,12 @@ def read_catalog_any(path: str | Path, on_duplicate: str = "error", skipped: Cou
             raise DataError("the catalog has no tools; nothing to index: give a catalog with at least one tool",
                             path / "tools.jsonl")
         found, tools, agents = ds.skipped, ds.tools, ds.agents
+        for kind, rows, fields in (("tool", tools, ("name", "description", "parameters", "returns")),
+                                   ("agent", agents, ("name", "description"))):
+            for row in rows:  # the same bound as an MCP catalog's: each text is served in every response
+                for field in fields:
+                    check_size(getattr(row, field, None), field, f"{kind} {row.id!r}", path / f"{kind}s.jsonl",
+                               max_text_chars)
     else:
         if path.is_dir():
             builder = read_catalog(tools_lists=path, on_duplicate=on_duplicate, max_text_chars=max_text_chars)

@@ -15,6 +15,10 @@
 * Values are range-checked at load: a field declared with ``bounded(...)`` (``lr: float = bounded(2e-5,
   gt=0)``; for a list, each item) and a schema's ``validate()`` (rules between fields, e.g.
   ``eval.depth >= max(eval.ks)``) fail with a ``ConfigError`` naming the full key (``optim.lr``).
+* Renamed keys keep loading: a schema's ``renamed`` table (old key -> new key path, e.g. ``{"model":
+  "encoder.name"}``) moves the old keys of every source (YAML, saved dicts, overrides) before merging; a
+  source that sets both is a ``ConfigError`` naming both. A section with a ``shorthand``
+  (``TextEncoderSpec``) takes a plain string: ``retriever.encoder: all-MiniLM-L6-v2``.
 * ``${...}`` interpolation is resolved only in what the user writes (``--config`` YAML files and
   overrides). Plain dicts are saved configs (a checkpoint's, ``retriever.json``, an index config) and are
   never resolved: a ``${...}`` in one is refused, so ``${oc.env:SECRET}`` cannot end up in a saved file.
@@ -26,10 +30,10 @@ import functools
 import math
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import MISSING, dataclass, field, fields, is_dataclass
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 from types import UnionType
-from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
+from typing import Any, ClassVar, Literal, Union, get_args, get_origin, get_type_hints
 
 import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -275,6 +279,32 @@ class TextDataConfig(DataConfig):
     test_split: str = "test"
 
 
+# ---- text encoders ------------------------------------------------------------------------------
+@dataclass
+class TextEncoderSpec:
+    """A text encoder, as every section that encodes text names it (``retriever.encoder``,
+    ``model.encoder``, a graph's node text ...): which model, how its token states become one vector,
+    how texts are cut and prefixed, and where the vectors are cached. A plain string stands for
+    ``{name: <string>}`` (``retriever.encoder: all-MiniLM-L6-v2``), merged over the section's defaults."""
+
+    shorthand: ClassVar[str] = "name"  # load_config: a plain string for this section sets this key
+
+    name: str = "all-MiniLM-L6-v2"  # a Hugging Face id, a local folder, or a packaged name (toolgraph-general)
+    pooling: Literal["mean", "cls"] = "mean"
+    normalize: bool = True  # L2-normalised vectors (cosine scores)
+    max_length: int = bounded(256, ge=1)  # tokens per tool document
+    max_query_length: int | None = bounded(None, ge=1)  # tokens per query (None: max_length)
+    query_prefix: str | None = None  # before each query, e.g. "query: "; None: the model folder's "query" prompt
+    doc_prefix: str | None = None  # before each tool document; None: the folder's "document" prompt (else none)
+    cache_dir: str | None = ".cache/embeddings"  # the embedding cache (text -> vector); null: in memory only
+
+
+def encoder_spec(**values: Any) -> Callable[[], TextEncoderSpec]:
+    """A ``default_factory`` for a section's ``encoder`` with its own defaults:
+    ``encoder: TextEncoderSpec = field(default_factory=encoder_spec(max_length=128))``."""
+    return functools.partial(TextEncoderSpec, **values)
+
+
 # ---- evaluation ---------------------------------------------------------------------------------
 @dataclass
 class EvalConfig:
@@ -410,6 +440,163 @@ POLYMORPHIC: dict[str, tuple[str, Callable[[str], Any]]] = {
 OPEN_SECTIONS = ("data.options",)
 
 
+# ---- renamed keys -------------------------------------------------------------------------------
+# A schema may declare ``renamed: ClassVar[dict[str, str]]``: old key -> its new key path, both relative
+# to the schema's section (``{"model": "encoder.name", "tool_prefix": "encoder.doc_prefix"}``). Tables
+# are inherited (a subclass's entries added to its bases'). load_config moves the old keys of every
+# source (YAML files, saved dicts: checkpoints, retriever.json; overrides) to their new place before
+# merging, in the schema's own section, its nested sections and the open slots (``retriever``,
+# ``model``) by the class their ``name`` picks; so files written before a rename load to the same
+# values, and files saved since carry the new keys only. A nested section whose class has a
+# ``shorthand: ClassVar[str]`` takes a plain string for ``{shorthand: <string>}`` (TextEncoderSpec).
+def renames_of(cls: type) -> dict[str, str]:
+    """``cls``'s ``renamed`` table with those of its bases (old key -> new key path)."""
+    out: dict[str, str] = {}
+    for c in reversed(cls.__mro__):
+        out.update(vars(c).get("renamed", {}))
+    return out
+
+
+def _dataclass_of(hint: Any) -> type | None:
+    args = [a for a in get_args(hint) if a is not type(None)] if get_origin(hint) in (Union, UnionType) else [hint]
+    return args[0] if len(args) == 1 and isinstance(args[0], type) and is_dataclass(args[0]) else None
+
+
+@functools.cache
+def _sections_of(cls: type) -> dict[str, type]:
+    """The fields of the dataclass ``cls`` typed as a dataclass (``X`` or ``X | None``): its nested sections."""
+    if not is_dataclass(cls):
+        return {}
+    try:
+        hints = get_type_hints(cls)
+    except (NameError, TypeError):
+        return {}
+    own = {f.name for f in fields(cls)}
+    return {n: sub for n, h in hints.items() if n in own and (sub := _dataclass_of(h)) is not None}
+
+
+def _expand(sub: type | None, value: Any) -> Any:
+    """``{shorthand: value}`` for a plain string given for a section of class ``sub`` that has a shorthand."""
+    short = getattr(sub, "shorthand", None) if sub is not None else None
+    return {short: value} if short and isinstance(value, str) else value
+
+
+def rename_keys(cls: type, data: dict, where: str, prefix: str = "",
+                sections: Mapping[str, type] | None = None) -> bool:
+    """Move the old keys of ``data`` (plain data for a ``cls`` section, changed in place) to their new
+    paths by the ``renamed`` tables of ``cls`` and of its nested sections (``sections``: the classes of
+    open slots such as ``retriever``, picked by their names), and expand shorthands; True if anything
+    changed. A source that sets both an old key and its new one is a ConfigError naming both."""
+    nested = {**_sections_of(cls), **(sections or {})}
+    changed = False
+    for key, sub in nested.items():
+        if key in data and (value := _expand(sub, data[key])) is not data[key]:
+            data[key], changed = value, True
+    for old, new in renames_of(cls).items():
+        if old not in data:
+            continue
+        *path, last = new.split(".")
+        node, owner, walked = data, None, prefix
+        for i, part in enumerate(path):
+            sub = (nested if i == 0 else _sections_of(owner) if owner is not None else {}).get(part)
+            child = _expand(sub, node.get(part, {}))
+            if not isinstance(child, dict):
+                raise ConfigError(f"{where}: key '{prefix}{old}' is the old name of '{prefix}{new}', but "
+                                  f"'{walked}{part}' is {child!r}, not a section to move it into")
+            node[part], node, owner, walked = child, child, sub, f"{walked}{part}."
+        if last in node:
+            raise ConfigError(f"{where}: keys '{prefix}{old}' and '{prefix}{new}' are one setting ('{old}' is its "
+                              f"old name) and both are set; keep only '{prefix}{new}'")
+        node[last] = data.pop(old)
+        changed = True
+    for key, sub in nested.items():
+        if isinstance(data.get(key), dict):
+            changed |= rename_keys(sub, data[key], where, f"{prefix}{key}.")
+    return changed
+
+
+def _renamed_source(cls: type, where: str, src: DictConfig, sections: Mapping[str, type]) -> DictConfig:
+    """``src`` with its old keys moved to their new paths (``rename_keys``); ``src`` itself when none."""
+    try:
+        data = OmegaConf.to_container(src, resolve=False)
+    except OmegaConfBaseException as e:
+        raise ConfigError(f"{where}: {str(e).splitlines()[0]}") from None
+    if not isinstance(data, dict) or not rename_keys(cls, data, where, sections=sections):
+        return src
+    try:
+        return OmegaConf.create(data)
+    except OmegaConfBaseException as e:
+        raise ConfigError(f"{where}: {str(e).splitlines()[0]}") from None
+
+
+def accepts_renamed(cls: type) -> type:
+    """Class decorator, above ``@dataclass``: code may build ``cls`` with the old keyword names of its
+    ``renamed`` table, and a plain string for a section with a shorthand, as files may:
+    ``DenseConfig(model="x", max_length=64)`` is ``DenseConfig(encoder=TextEncoderSpec(name="x",
+    max_length=64, <the section's other encoder defaults>))``. (A subclass gets its own ``__init__``
+    from ``@dataclass``: decorate it too.)"""
+    init = cls.__init__
+
+    @functools.wraps(init)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **_renamed_kwargs(cls, kwargs))
+
+    cls.__init__ = __init__  # type: ignore[method-assign]
+    return cls
+
+
+def _renamed_kwargs(cls: type, kwargs: dict[str, Any]) -> dict[str, Any]:
+    table, nested = renames_of(cls), _sections_of(cls)
+    if not any(k in table or (k in nested and isinstance(v, (str, dict))) for k, v in kwargs.items()):
+        return kwargs
+    out, moved = dict(kwargs), {}
+    for old, new in table.items():
+        if old not in out:
+            continue
+        head, _, rest = new.partition(".")
+        if not rest:
+            if head in out:
+                raise ConfigError(f"{cls.__name__}: '{old}' is the old name of '{new}'; give only '{new}'")
+            out[head] = out.pop(old)
+        else:
+            moved.setdefault(head, {})[rest] = out.pop(old)
+    for key, sub in nested.items():
+        if key not in out and key not in moved:
+            continue
+        value, sets = _expand(sub, out.get(key, MISSING)), moved.get(key, {})
+        if is_dataclass(value) and not isinstance(value, type):
+            if sets:
+                raise ConfigError(f"{cls.__name__}: give {key}= or its old keys ({', '.join(renames_of(cls))}), "
+                                  "not both")
+            continue
+        given = value if isinstance(value, dict) else {}
+        both = [k for k in sets if k in given]
+        if both:
+            raise ConfigError(f"{cls.__name__}: '{key}.{both[0]}' is given twice (once by its old name)")
+        out[key] = _with(_default_of(cls, key), {**given, **sets})
+    return out
+
+
+def _default_of(cls: type, name: str) -> Any:
+    f = next(f for f in fields(cls) if f.name == name)
+    return f.default_factory() if f.default_factory is not MISSING else f.default
+
+
+def _with(obj: Any, values: Mapping[str, Any]) -> Any:
+    """``obj`` (a dataclass instance) with ``values`` set; keys may be dotted paths into nested sections."""
+    flat: dict[str, Any] = {}
+    deeper: dict[str, dict[str, Any]] = {}
+    for key, v in values.items():
+        head, _, rest = key.partition(".")
+        if rest:
+            deeper.setdefault(head, {})[rest] = v
+        else:
+            flat[head] = v
+    for head, sub in deeper.items():
+        flat[head] = _with(flat.get(head, getattr(obj, head)), sub)
+    return replace(obj, **flat)
+
+
 def parse_options(items: Sequence[str], what: str = "option") -> dict[str, Any]:
     """``["levels=[1]", "val_from=test"]`` -> ``{"levels": [1], "val_from": "test"}``: free-form
     ``key=value`` options (a dataset's, a graph's), each value read as YAML."""
@@ -543,6 +730,7 @@ def load_config(schema: Any, files: Sequence[str | Path | Mapping] = (), overrid
             raise ConfigError(f"override {item!r}: {msg}") from None
 
     base = OmegaConf.structured(schema)
+    chosen: dict[str, type] = {}  # open slot -> the class its name picked
     for section, (default, make) in POLYMORPHIC.items():
         if section not in base or base.get(section) is not None:  # only the open slots of run schemas
             continue
@@ -555,9 +743,13 @@ def load_config(schema: Any, files: Sequence[str | Path | Mapping] = (), overrid
             except OmegaConfBaseException as e:  # e.g. retriever: ${missing}
                 raise ConfigError(f"{src_name}: key '{section}': {str(e).splitlines()[0]}") from None
         try:
-            base[section] = OmegaConf.structured(make(str(name)))
+            slot = make(str(name))
         except ConfigError as e:
             raise ConfigError(f"{section}.name: {e}") from None
+        chosen[section] = type(slot)
+        base[section] = OmegaConf.structured(slot)
+    root = schema if isinstance(schema, type) else type(schema)
+    sources = [(src_name, _renamed_source(root, src_name, src, chosen)) for src_name, src in sources]
     OmegaConf.set_struct(base, True)
     for key in OPEN_SECTIONS:  # free-form dicts: their keys belong to the adapter, checked there
         node = OmegaConf.select(base, key)

@@ -37,6 +37,11 @@ class Tool:
         """Text an encoder reads. Name and description come first so truncation keeps them."""
         return render_tool(self, style)
 
+    def to_dict(self) -> dict[str, Any]:
+        """The tool as plain data with the fields that are None left out: a line of ``tools.jsonl``, an
+        entry of a checkpoint's catalog; ``Tool(**tool.to_dict())`` is the tool again."""
+        return {k: v for k, v in vars(self).items() if v is not None}
+
 
 @dataclass(frozen=True)
 class Agent:

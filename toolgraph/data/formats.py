@@ -323,7 +323,7 @@ def write_dataset(ds: ToolDataset, folder: str | Path) -> Path:
             for r in rows:
                 f.write(json.dumps(r, ensure_ascii=False) + "\n")
 
-    dump(folder / "tools.jsonl", [_drop_none(vars(t)) for t in ds.tools])
+    dump(folder / "tools.jsonl", [t.to_dict() for t in ds.tools])
     dump(folder / "queries.jsonl", [_drop_none({**vars(q), "tools": list(q.tools),
                                                "steps": list(q.steps) if q.steps else None}) for q in ds.queries])
     if ds.agents:

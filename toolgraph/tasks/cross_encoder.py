@@ -58,7 +58,7 @@ class CrossEncoderTask(RerankTask):
 
     def checkpoint_artifacts(self) -> dict[str, Any]:
         return {"query": backbone_artifacts(self.network.backbone, self.tokenizer),
-                "tools": [{k: v for k, v in vars(t).items() if v is not None} for t in self.catalog]}
+                "tools": [t.to_dict() for t in self.catalog]}
 
     def as_reranker(self) -> Any:
         cfg = CrossEncoderRerankerConfig(tool_text=self.model_cfg.tool_text, max_length=self.model_cfg.max_pair_length,

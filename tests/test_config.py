@@ -17,6 +17,7 @@ TRAIN_CONFIGS = sorted(ROOT.glob("configs/*.yaml"))
 CLUSTER_CONFIGS = sorted(ROOT.glob("configs/cluster/*.yaml"))
 SWEEPS = sorted(ROOT.glob("configs/sweeps/*.yaml"))
 RETRIEVER_PRESETS = sorted(ROOT.glob("configs/retriever/*.yaml"))
+METHOD_PRESETS = sorted(ROOT.glob("configs/methods/*.yaml"))
 
 
 def _write(tmp_path, text, name="c.yaml"):
@@ -92,7 +93,7 @@ def _ids(paths):
 
 def test_every_yaml_is_covered():
     assert set(ROOT.glob("configs/**/*.yaml")) == set(EVAL_CONFIGS + TRAIN_CONFIGS + CLUSTER_CONFIGS + SWEEPS
-                                                      + RETRIEVER_PRESETS)
+                                                      + RETRIEVER_PRESETS + METHOD_PRESETS)
 
 
 @pytest.mark.parametrize("path", EVAL_CONFIGS + RETRIEVER_PRESETS, ids=_ids(EVAL_CONFIGS + RETRIEVER_PRESETS))
@@ -161,12 +162,126 @@ def test_a_preset_with_data_name_matches_the_dataset_file(preset):
     assert cfg == load_config(EvaluateConfig, [ROOT / f"configs/eval/{preset}_metatool.yaml"])
 
 
-@pytest.mark.parametrize("path", TRAIN_CONFIGS, ids=_ids(TRAIN_CONFIGS))
+@pytest.mark.parametrize("path", TRAIN_CONFIGS + METHOD_PRESETS, ids=_ids(TRAIN_CONFIGS + METHOD_PRESETS))
 def test_every_train_yaml_is_valid(path):
     from toolgraph.training import TrainConfig
 
     cfg = load_config(TrainConfig, [path])
     assert cfg.model.name and cfg.out_dir
+
+
+# ---- training recipes: a method preset (configs/methods/) plus the recipe's delta ------------------
+# top-level files that are not a preset plus a delta, and why
+NOT_THIN = {"general.yaml": "benchmarks/general.py keys its leave-one-dataset-out runs by this file's text "
+                            "(model_key): a preset edit would change the recipe but not the key",
+            "general_top2.yaml": "an overlay on general.yaml, not a recipe"}
+RECIPES = [p for p in TRAIN_CONFIGS if p.name not in NOT_THIN]
+MAX_DELTA = 10  # settings a recipe may set over its preset (data.options counts as one)
+
+
+def _merged(path):
+    """The raw YAML ``path`` resolves to with its ``defaults:`` chain (no schema defaults), as a dict."""
+    from omegaconf import OmegaConf
+
+    from toolgraph.config import yaml_sources
+
+    return OmegaConf.to_container(OmegaConf.merge(*(node for _, node in yaml_sources(path))))
+
+
+def _settings(node, prefix=""):
+    """``key.path`` -> value of each setting a YAML mapping holds; an adapter's ``options`` is one setting."""
+    out = {}
+    for key, value in node.items():
+        if isinstance(value, dict) and value and key != "options":
+            out.update(_settings(value, f"{prefix}{key}."))
+        else:
+            out[prefix + key] = value
+    return out
+
+
+def test_recipes_not_written_as_a_preset_plus_a_delta_are_named():
+    assert set(NOT_THIN) <= {p.name for p in TRAIN_CONFIGS}
+    assert METHOD_PRESETS and len(RECIPES) >= 20
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=_ids(RECIPES))
+def test_a_training_recipe_is_its_method_preset_plus_a_short_delta(path):
+    """Each recipe names one preset of configs/methods/ and sets only its dataset, out_dir and what differs
+    from the preset (at most MAX_DELTA settings, none repeating the preset), so a shared setting lives in
+    one place and a per-dataset copy cannot drift from it unseen; the recipe is the preset plus its
+    settings as overrides (``train.py --config configs/methods/<m>.yaml data.name=... ...``)."""
+    import json
+
+    from toolgraph.training import TrainConfig
+
+    (preset,), own = _preset_of(path)
+    assert preset.parent == ROOT / "configs" / "methods" and preset.is_file(), f"{path.name}: defaults: {preset}"
+    delta = _settings(own)
+    assert "data.name" in delta and "out_dir" in delta, f"{path.name} must name its dataset and out_dir"
+    assert len(delta) <= MAX_DELTA, f"{path.name} sets {len(delta)} settings over {preset.name}: {sorted(delta)}"
+    inherited = _settings(_merged(preset))
+    repeats = [k for k, v in delta.items() if k in inherited and inherited[k] == v]
+    assert not repeats, f"{path.name} repeats {preset.name}: {repeats}"
+    cfg = load_config(TrainConfig, [path])
+    overrides = [f"{k}={json.dumps(v)}" for k, v in delta.items()]
+    assert load_config(TrainConfig, [preset], overrides) == cfg
+    assert cfg.model.name == load_config(TrainConfig, [preset]).model.name  # a recipe never switches method
+
+
+def test_method_presets_leave_dataset_and_out_dir_to_the_recipe_and_each_is_used():
+    """A preset holds a method's shared settings: never a dataset or a run folder (a preset edit must not
+    point recipes at another dataset or at one folder); its defaults: stay inside configs/methods/."""
+    for preset in METHOD_PRESETS:
+        parents, _ = _preset_of(preset)
+        assert all(p.parent == ROOT / "configs" / "methods" for p in parents), preset.name
+        merged = _merged(preset)
+        assert "out_dir" not in merged and "name" not in merged.get("data", {}), preset.name
+        assert merged["model"]["name"], preset.name
+    used = {p for path in RECIPES for p in _preset_of(path)[0]} | {p for m in METHOD_PRESETS for p in _preset_of(m)[0]}
+    assert used == set(METHOD_PRESETS), sorted(p.name for p in set(METHOD_PRESETS) - used)
+
+
+# What each recipe resolves to (its defaults: chain merged, schema defaults aside), pinned: a preset edit
+# changes every recipe that names it, and this lists them, so a change meant for one dataset cannot leak
+# into another unseen. Changed a recipe on purpose? Paste the new lines the failure prints.
+RESOLVED_RECIPES = {
+    "bi_encoder_metatool_fast.yaml": "aa4ac3e9d104",
+    "bi_encoder_toollens.yaml": "5d5866642705",
+    "bi_encoder_toollens_fast.yaml": "7c2fae17d49f",
+    "bi_encoder_toollens_fast_quick.yaml": "9cc3da8f9a7e",
+    "bi_encoder_toollens_quick.yaml": "11575bf71e45",
+    "bi_encoder_ultratool_fast.yaml": "064f3434f92d",
+    "cross_encoder_toollens.yaml": "127f9bbf346a",
+    "dependency_links.yaml": "ad12282b86a9",
+    "discriminator.yaml": "56606c6a6959",
+    "discriminator_cross.yaml": "1f3c64d4026d",
+    "discriminator_pretrain.yaml": "ed70e1513227",
+    "general.yaml": "07797778ed9f",
+    "general_top2.yaml": "39e5283338ad",
+    "graph_toollens.yaml": "f13226899dde",
+    "graph_ultratool.yaml": "35db1ef7e38c",
+    "mlc_toollens.yaml": "ec7e04d9ad36",
+    "mlc_toollens_fast.yaml": "41c4f36dda68",
+    "mlc_ultratool.yaml": "f80717c680b8",
+    "refiner_toollens.yaml": "3a6567f87ebc",
+    "refiner_toollens_crossfit.yaml": "24e9c1df37fd",
+    "refiner_toollens_fast.yaml": "c972c8fea5de",
+    "refiner_ultratool.yaml": "7862324bc4f2",
+}
+
+
+def _digest(path):
+    import hashlib
+    import json
+
+    return hashlib.sha256(json.dumps(_merged(path), sort_keys=True).encode()).hexdigest()[:12]
+
+
+def test_what_each_recipe_resolves_to_is_pinned():
+    now = {p.name: _digest(p) for p in TRAIN_CONFIGS}
+    changed = sorted(k for k in set(now) | set(RESOLVED_RECIPES) if now.get(k) != RESOLVED_RECIPES.get(k))
+    assert not changed, "recipes whose resolved settings changed: " + ", ".join(changed) + "\n" + "\n".join(
+        f'    "{k}": "{now[k]}",' for k in sorted(now))
 
 
 @pytest.mark.parametrize("path", CLUSTER_CONFIGS, ids=_ids(CLUSTER_CONFIGS))

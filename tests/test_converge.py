@@ -182,12 +182,11 @@ def test_fast_recipe_trains_end_to_end(synthetic_dataset_dir, tiny_bert_dir, tmp
 
 def test_inductive_hidden_tools_are_never_training_negatives(synthetic_dataset_dir, tiny_bert_dir, tmp_path):
     from toolgraph.registry import TASKS
-    from toolgraph.training import config_from_dict, to_dict
 
     over = tiny_train_overrides(synthetic_dataset_dir, tiny_bert_dir, tmp_path / "run")
     cfg = load_config(TrainConfig, [], over + FAST + ["data.setting=inductive-30", "data.split=test"])
-    task = TASKS.get("bi_encoder")(to_dict(config_from_dict(to_dict(cfg))))
-    dm = task.datamodule_for(cfg)
+    task = TASKS.get("bi_encoder")(cfg)
+    dm = task.datamodule_for()
     hidden = set(dm.ds.notes["unseen_tools"])
     assert hidden
     assert {t.id for t, ok in zip(dm.tools, task._allowed.tolist()) if not ok} == hidden
@@ -300,15 +299,14 @@ def test_mlc_with_a_frozen_bottom_scores_as_without_and_trains(synthetic_dataset
     """MLC over cached states: the training logits equal the uncached network's (eval mode, fp32
     cache), batches carry indices only, and a run learns with the bottom left unchanged."""
     from toolgraph.registry import TASKS
-    from toolgraph.training import config_from_dict, to_dict
 
     over = [o for o in tiny_train_overrides(synthetic_dataset_dir, tiny_bert_dir, tmp_path / "run", steps=40)
             if not o.startswith("model.temperature")]  # a bi-encoder key
     mlc = ["model.name=mlc", "model.freeze_layers=1", f"model.cache_dir={tmp_path / 'cache'}", "model.head_lr=5e-2",
            "model.dropout=0.0"]
     cfg = load_config(TrainConfig, [], over + mlc)
-    task = TASKS.get("mlc")(to_dict(config_from_dict(to_dict(cfg))))
-    dm = task.datamodule_for(cfg)
+    task = TASKS.get("mlc")(cfg)
+    dm = task.datamodule_for()
     batch = dm.train_collator()([(i, 0) for i in range(6)])
     assert "query" not in batch and batch["index"].tolist() == list(range(6))
     task.eval()

@@ -90,21 +90,19 @@ def test_finetune_starts_from_the_pretrain_weights(pretrain_run, tdi_dir, tiny_b
 
     out, summary = pretrain_run
     cfg = _cfg(_overrides(tdi_dir, tiny_bert_dir, tmp_path, "finetune") + [f"model.init_from={out}"])
-    from toolgraph.config import to_dict
 
-    task = DiscriminatorTask(to_dict(cfg))
+    task = DiscriminatorTask(cfg)
     pre = load_task(summary["best_checkpoint"])
     for (name, a), (_, b) in zip(task.network.state_dict().items(), pre.network.state_dict().items(), strict=True):
         assert torch.equal(a, b), name
 
 
 def test_dataset_class_counts_reach_the_loss(tdi_dir, tiny_bert_dir, tmp_path):
-    from toolgraph.config import to_dict
     from toolgraph.tasks.discriminator import DiscriminatorTask
 
     cfg = _cfg(_overrides(tdi_dir, tiny_bert_dir, tmp_path, "finetune") + ["model.class_count=dataset"])
-    task = DiscriminatorTask(to_dict(cfg))
-    dm = task.datamodule_for(cfg)
+    task = DiscriminatorTask(cfg)
+    dm = task.datamodule_for()
     assert task.class_counts.tolist() == dm.class_counts() and sum(dm.class_counts()) == len(dm.train_pairs)
     batch = next(iter(dm.train_dataloader()))
     assert torch.isfinite(task.training_step(batch, 0))
@@ -114,11 +112,10 @@ def test_dataset_class_counts_reach_the_loss(tdi_dir, tiny_bert_dir, tmp_path):
                                            ("model.class_count=epoch", "model.class_count"),
                                            ("model.init_from=/nowhere", "model.init_from")])
 def test_bad_discriminator_settings_name_the_key(tdi_dir, tiny_bert_dir, tmp_path, override, key):
-    from toolgraph.config import to_dict
     from toolgraph.tasks.discriminator import DiscriminatorTask
 
     with pytest.raises(ConfigError, match=key):  # allowed values fail when the config loads, the rest at build
-        DiscriminatorTask(to_dict(_cfg(_overrides(tdi_dir, tiny_bert_dir, tmp_path, "finetune") + [override])))
+        DiscriminatorTask(_cfg(_overrides(tdi_dir, tiny_bert_dir, tmp_path, "finetune") + [override]))
 
 
 def test_monitor_must_be_a_discriminator_metric(tdi_dir, tiny_bert_dir, tmp_path):

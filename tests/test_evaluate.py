@@ -11,7 +11,7 @@ from toolgraph.cli import main
 from toolgraph.config import EvaluateConfig, load_config
 from toolgraph.data import prepare_dataset
 from toolgraph.evaluation import evaluate
-from toolgraph.retrieval import build_retriever
+from toolgraph.retrieval.loading import resolve_retriever
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -36,7 +36,7 @@ def test_evaluate_writes_results_rankings_curves(tiny_dataset_dir, tmp_path, cap
 
 def test_metrics_in_results_match_rankings(tiny_dataset_dir):
     cfg = load_config(EvaluateConfig, overrides=[f"data.name={tiny_dataset_dir}", "eval.ks=[1]"])
-    report = evaluate(build_retriever(cfg.retriever), prepare_dataset(cfg.data), "test", cfg.eval)
+    report = evaluate(resolve_retriever(cfg.retriever), prepare_dataset(cfg.data), "test", cfg.eval)
     hits = [ids[0] in gold for ids, gold in zip(report.ranking.ids, report.golds)]
     assert report.metrics["recall@1"] == pytest.approx(sum(hits) / len(hits))
 
@@ -44,12 +44,12 @@ def test_metrics_in_results_match_rankings(tiny_dataset_dir):
 def test_results_carry_bootstrap_intervals(tiny_dataset_dir):
     cfg = load_config(EvaluateConfig, overrides=[f"data.name={tiny_dataset_dir}", "retriever.name=bm25",
                                                  "eval.ks=[1,3]", "eval.depth=5"])
-    report = evaluate(build_retriever(cfg.retriever), prepare_dataset(cfg.data), "test", cfg.eval)
+    report = evaluate(resolve_retriever(cfg.retriever), prepare_dataset(cfg.data), "test", cfg.eval)
     assert set(report.intervals) == set(report.metrics)
     for name, (lo, hi) in report.intervals.items():
         assert lo <= report.metrics[name] + 1e-6 and report.metrics[name] <= hi + 1e-6, name
     cfg.eval.bootstrap = 0
-    assert evaluate(build_retriever(cfg.retriever), prepare_dataset(cfg.data), "test", cfg.eval).intervals == {}
+    assert evaluate(resolve_retriever(cfg.retriever), prepare_dataset(cfg.data), "test", cfg.eval).intervals == {}
 
 
 def test_cli_errors_are_clear(tiny_dataset_dir, capsys):
@@ -106,7 +106,7 @@ def test_toollens_corpus_text_reproduced_exactly(data_root):
 def test_bm25_on_toollens_matches_reference(data_root, tmp_path):
     """Independent measurement on this machine: BM25 Recall@5 ~0.317, NDCG@5 ~0.318."""
     cfg = load_config(EvaluateConfig, [ROOT / "configs/eval/bm25_toollens.yaml"], [f"data.root={data_root}"])
-    report = evaluate(build_retriever(cfg.retriever), prepare_dataset(cfg.data), "test", cfg.eval)
+    report = evaluate(resolve_retriever(cfg.retriever), prepare_dataset(cfg.data), "test", cfg.eval)
     assert report.metrics["recall@5"] == pytest.approx(0.317, abs=0.02)
     assert report.metrics["ndcg@5"] == pytest.approx(0.318, abs=0.02)
     assert len(report.query_ids) == 1877
@@ -120,7 +120,7 @@ def test_minilm_zero_shot_on_toollens_subset(data_root, tmp_path):
     cfg = load_config(EvaluateConfig, [ROOT / "configs/eval/minilm_toollens.yaml"],
                       [f"data.root={data_root}", "eval.max_queries=300", f"retriever.cache_dir={tmp_path}",
                        "retriever.progress=false"])
-    report = evaluate(build_retriever(cfg.retriever), prepare_dataset(cfg.data), "test", cfg.eval)
+    report = evaluate(resolve_retriever(cfg.retriever), prepare_dataset(cfg.data), "test", cfg.eval)
     assert 0.15 < report.metrics["recall@5"] < 0.5  # full test set: 0.268; chance: ~0.01
 
 
@@ -134,7 +134,7 @@ def test_every_eval_config_runs_on_real_data(path, data_root):
     queries (first 25) well above chance."""
     cfg = load_config(EvaluateConfig, [path], [f"data.root={data_root}", "eval.max_queries=25"])
     ds = prepare_dataset(cfg.data)
-    report = evaluate(build_retriever(cfg.retriever), ds, cfg.data.split, cfg.eval)
+    report = evaluate(resolve_retriever(cfg.retriever), ds, cfg.data.split, cfg.eval)
     chance = 10 / len(ds.tools)
     assert report.metrics["recall@10"] > chance
     minilm = ROOT / "configs/eval" / path.name.replace("bm25_", "minilm_")

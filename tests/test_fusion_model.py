@@ -12,8 +12,8 @@ import toolgraph
 from toolgraph.config import EvaluateConfig, load_config
 from toolgraph.data.formats import read_dataset
 from toolgraph.errors import ConfigError
-from toolgraph.retrieval.base import build_retriever
 from toolgraph.retrieval.fusion_model import FEATURES, FusionModel, pair_features
+from toolgraph.retrieval.loading import resolve_retriever
 
 
 def test_pair_features_by_hand():
@@ -65,10 +65,10 @@ def test_the_learned_fusion_retriever_saves_its_model_and_loads_anywhere(tiny_da
     assert json.loads(path.read_text())["features"][:2] == ["0:score", "0:inv_rank"]
     cfg = load_config(EvaluateConfig, [{"retriever": {"name": "fusion", "members": ["bm25", {"name": "bm25"}],
                                                       "method": "learned", "model_file": str(path)}}])
-    fused = build_retriever(cfg.retriever)
+    fused = resolve_retriever(cfg.retriever)
     fused.index(ds.tools)
     got = fused.retrieve(q, 3)
-    single = build_retriever(load_config(EvaluateConfig, []).retriever)
+    single = resolve_retriever(load_config(EvaluateConfig, []).retriever)
     single.index(ds.tools)
     assert got.ids[0][0] == single.retrieve(q, 1).ids[0][0]  # two copies of BM25 agree with BM25 on top
     fused.save(tmp_path / "saved")
@@ -82,7 +82,7 @@ def test_the_learned_fusion_retriever_saves_its_model_and_loads_anywhere(tiny_da
 def test_bad_fusion_models_name_the_key_or_the_file(tiny_dataset_dir, tmp_path):
     def fusion(**extra):
         cfg = load_config(EvaluateConfig, [{"retriever": {"name": "fusion", "members": ["bm25", "bm25"], **extra}}])
-        return build_retriever(cfg.retriever)
+        return resolve_retriever(cfg.retriever)
 
     with pytest.raises(ConfigError, match="retriever.model_file: method 'learned' needs"):
         fusion(method="learned")

@@ -103,7 +103,7 @@ print(json.dumps(sorted({{m.split(".")[0] for m in sys.modules}} & set({HEAVY!r}
 def test_the_public_api_is_where_it_was():
     code = """
 import toolgraph
-from toolgraph.retrieval import RETRIEVERS, Ranking, Retriever, RetrieverConfig, build_retriever
+from toolgraph.retrieval import RETRIEVERS, Ranking, Retriever, RetrieverConfig, build_retriever, resolve_retriever
 from toolgraph.training import TrainConfig, train
 from toolgraph.data import load_dataset, prepare_dataset
 from toolgraph.cli import main

@@ -157,7 +157,7 @@ def test_damaged_checkpoint_is_a_data_error_naming_it(tmp_path, damage):
 ])
 def test_corrupt_retriever_json_is_named(tmp_path, text, error, match):
     """Weak case of the issue: a corrupt retriever.json was a raw JSONDecodeError / KeyError."""
-    from toolgraph.retrieval.pipeline import resolve_retriever
+    from toolgraph.retrieval.loading import resolve_retriever
 
     r = resolve_retriever({"name": "bm25"}, "r")
     r.index(TOOLS)
@@ -169,7 +169,7 @@ def test_corrupt_retriever_json_is_named(tmp_path, text, error, match):
 
 
 def test_bad_tools_line_is_named(tmp_path):
-    from toolgraph.retrieval.pipeline import resolve_retriever
+    from toolgraph.retrieval.loading import resolve_retriever
 
     r = resolve_retriever({"name": "bm25"}, "r")
     r.index(TOOLS)

@@ -14,8 +14,8 @@ from toolgraph.data.schema import Tool
 from toolgraph.data.splits import inductive
 from toolgraph.errors import ConfigError, DataError
 from toolgraph.evaluation import evaluate
-from toolgraph.retrieval import build_retriever
 from toolgraph.retrieval.base import Retriever
+from toolgraph.retrieval.loading import resolve_retriever
 from toolgraph.retrieval.losemb import LoSemBConfig, LoSemBRetriever, gaussian_kl
 
 
@@ -118,7 +118,7 @@ def test_inductive_evaluation_and_config(synthetic_dataset_dir, tiny_bert_dir):
     ds, unseen = inductive(load_dataset(str(synthetic_dataset_dir)), 0.3, seed=0)
     cfg = load_config(EvaluateConfig, [], ["retriever.name=losemb", f"retriever.encoder={tiny_bert_dir}",
                                            "retriever.cache_dir=null", "eval.ks=[1,3,5]"])
-    r = build_retriever(cfg.retriever)
+    r = resolve_retriever(cfg.retriever)
     report = evaluate(r, ds, "test", cfg.eval)
     ids = [t.id for t in r.tools]
     assert {ids[i] for i, tr in enumerate(r.transferred) if tr} == set(unseen)

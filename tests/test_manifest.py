@@ -12,7 +12,7 @@ from saved_retrievers import QUERIES, TOOLS, build
 import toolgraph
 from toolgraph.errors import DataError
 from toolgraph.retrieval import Retriever
-from toolgraph.retrieval.pipeline import resolve_retriever
+from toolgraph.retrieval.loading import resolve_retriever
 
 LEGACY = Path(__file__).resolve().parent / "fixtures" / "legacy"
 

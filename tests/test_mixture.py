@@ -146,11 +146,10 @@ def _mixture_overrides(two_copies, tiny_bert_dir, out, steps=12):
 
 def test_full_catalog_negatives_come_from_the_batch_dataset_only(two_copies, tiny_bert_dir, tmp_path):
     from toolgraph.registry import TASKS
-    from toolgraph.training import config_from_dict, to_dict
 
     cfg = load_config(TrainConfig, [], _mixture_overrides(two_copies, tiny_bert_dir, tmp_path / "run"))
-    task = TASKS.get("bi_encoder")(to_dict(config_from_dict(to_dict(cfg))))
-    dm = task.datamodule_for(cfg)
+    task = TASKS.get("bi_encoder")(cfg)
+    dm = task.datamodule_for()
     assert task._tool_group.tolist() == [0] * 24 + [1] * 24
     task.eval()
     batch = next(iter(dm.train_dataloader()))
@@ -197,10 +196,10 @@ def test_the_general_model_by_name_is_the_installed_one_else_minilm(tiny_bert_di
     assert encoder.resolve_model("toolgraph-general") == str(tmp_path / "models" / "toolgraph-general")
     assert "the general tool retriever at" in capsys.readouterr().err
     from toolgraph.retrieval.agents import DEFAULT_DENSE
-    from toolgraph.retrieval.base import build_retriever
     from toolgraph.retrieval.dense import DenseConfig
+    from toolgraph.retrieval.loading import resolve_retriever
 
-    dense = build_retriever(DenseConfig(**{k: v for k, v in DEFAULT_DENSE.items() if k != "name"}, cache_dir=None))
+    dense = resolve_retriever(DenseConfig(**{k: v for k, v in DEFAULT_DENSE.items() if k != "name"}, cache_dir=None))
     assert dense.encoder.dim == 32  # the t2a default (MCP server, index sync) loads the installed model
 
 

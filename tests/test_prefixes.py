@@ -26,12 +26,11 @@ TOOLS = [Tool("a", "get_weather", "returns weather information"), Tool("b", "get
 
 def test_prefixes_reach_every_training_and_evaluation_text(synthetic_dataset_dir, tiny_bert_dir, tmp_path):
     from toolgraph.registry import TASKS
-    from toolgraph.training import config_from_dict, to_dict
 
     over = tiny_train_overrides(synthetic_dataset_dir, tiny_bert_dir, tmp_path / "run")
     cfg = load_config(TrainConfig, [], over + FAST + PREFIXES)
-    task = TASKS.get("bi_encoder")(to_dict(config_from_dict(to_dict(cfg))))
-    dm = task.datamodule_for(cfg)
+    task = TASKS.get("bi_encoder")(cfg)
+    dm = task.datamodule_for()
     assert all(t.startswith("tool: ") for t in dm.tool_texts)
     assert task._query_texts and all(q.startswith("query: ") for q in task._query_texts)  # the frozen-state cache
     collator = dm.train_collator()

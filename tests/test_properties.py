@@ -250,7 +250,7 @@ def served(tmp_path_factory):
     from starlette.testclient import TestClient
 
     from toolgraph import serving
-    from toolgraph.retrieval.pipeline import resolve_retriever
+    from toolgraph.retrieval.loading import resolve_retriever
     from toolgraph.sync import read_catalog_any
 
     tmp = tmp_path_factory.mktemp("served")

@@ -11,12 +11,12 @@ from toolgraph.data.formats import read_dataset
 from toolgraph.data.schema import Tool
 from toolgraph.errors import DataError
 from toolgraph.evaluation import evaluate
-from toolgraph.retrieval import build_retriever
+from toolgraph.retrieval.loading import resolve_retriever
 from toolgraph.retrieval.query_knn import QueryKNNConfig
 
 
 def _knn(tiny_bert_dir, ds=None, **kw):
-    r = build_retriever(QueryKNNConfig(model=str(tiny_bert_dir), cache_dir=None, progress=False, **kw))
+    r = resolve_retriever(QueryKNNConfig(model=str(tiny_bert_dir), cache_dir=None, progress=False, **kw))
     if ds is not None:
         r.fit(ds)
         r.index(ds.tools)

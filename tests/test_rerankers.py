@@ -17,8 +17,8 @@ from toolgraph.data.schema import Query, Tool, ToolDataset
 from toolgraph.data.splits import crossfit_folds
 from toolgraph.errors import ConfigError
 from toolgraph.evaluation import evaluate
-from toolgraph.retrieval import build_retriever
 from toolgraph.retrieval.base import Retriever
+from toolgraph.retrieval.loading import resolve_retriever
 from toolgraph.retrieval.pipeline import FusionRetriever, PipelineRetriever
 from toolgraph.tasks.rerank import RerankConfig, RerankTask
 from toolgraph.training import TrainConfig, train
@@ -281,7 +281,7 @@ def test_pipeline_from_config_composes_any_first_stage_and_saved_reranker(refine
     cfg = load_config(EvaluateConfig, [{"retriever": {
         "name": "pipeline", "depth": 5, "reranker": str(out / "retriever"),
         "first_stage": {"name": "dense", "model": str(tiny_bert_dir), "cache_dir": None, "progress": False}}}])
-    r = build_retriever(cfg.retriever)
+    r = resolve_retriever(cfg.retriever)
     ds = read_dataset(synthetic_dataset_dir)
     report = evaluate(r, ds, "test", EvalConfig(ks=[1, 5]))
     assert r.first_stage.name == "dense" and r.reranker.name == "refiner"
@@ -299,23 +299,23 @@ def test_pipeline_config_errors_name_the_key(tmp_path):
     cfg = load_config(EvaluateConfig, [{"retriever": {"name": "pipeline", "first_stage": {"name": "nope"},
                                                       "reranker": "bm25"}}])
     with pytest.raises(ConfigError, match="retriever.first_stage.name"):
-        build_retriever(cfg.retriever)._members()
+        resolve_retriever(cfg.retriever)._members()
     cfg = load_config(EvaluateConfig, [{"retriever": {"name": "pipeline", "first_stage": "bm25", "reranker": "bm25"}}])
     with pytest.raises(ConfigError, match="retriever.reranker: a BM25Retriever cannot rerank"):
-        build_retriever(cfg.retriever)._members()
+        resolve_retriever(cfg.retriever)._members()
     cfg = load_config(EvaluateConfig, [{"retriever": {"name": "pipeline", "first_stage": str(tmp_path / "missing"),
                                                       "reranker": "bm25"}}])
     with pytest.raises(ConfigError, match="neither a saved retriever"):
-        build_retriever(cfg.retriever)._members()
+        resolve_retriever(cfg.retriever)._members()
 
 
 def test_rrf_fusion_sums_reciprocal_ranks(tiny_dataset_dir, tmp_path):
     ds = read_dataset(tiny_dataset_dir)
     cfg = load_config(EvaluateConfig, [{"retriever": {"name": "fusion", "members": ["bm25", {"name": "bm25"}],
                                                       "weights": [1.0, 2.0], "rrf_k": 10, "depth": 5}}])
-    fused = build_retriever(cfg.retriever)
+    fused = resolve_retriever(cfg.retriever)
     fused.index(ds.tools)
-    single = build_retriever(load_config(EvaluateConfig, []).retriever)
+    single = resolve_retriever(load_config(EvaluateConfig, []).retriever)
     single.index(ds.tools)
     q = ["weather forecast in paris"]
     ids = single.retrieve(q, 5).ids[0]
@@ -331,13 +331,13 @@ def test_rrf_fusion_sums_reciprocal_ranks(tiny_dataset_dir, tmp_path):
 def test_score_fusion_sums_normalised_scores(tiny_dataset_dir, tmp_path):
     ds = read_dataset(tiny_dataset_dir)
     q = ["weather forecast in paris", "book a flight"]
-    single = build_retriever(load_config(EvaluateConfig, []).retriever)
+    single = resolve_retriever(load_config(EvaluateConfig, []).retriever)
     single.index(ds.tools)
     raw = single.score(q)
     cfg = load_config(EvaluateConfig, [{"retriever": {"name": "fusion", "members": ["bm25", {"name": "bm25"}],
                                                       "method": "score", "weights": [1.0, 2.0],
                                                       "normalize": ["max", "minmax"]}}])
-    fused = build_retriever(cfg.retriever)
+    fused = resolve_retriever(cfg.retriever)
     fused.index(ds.tools)
     hi, lo = raw.max(1, keepdim=True).values, raw.min(1, keepdim=True).values
     want = raw / hi + 2.0 * (raw - lo) / (hi - lo)

@@ -9,9 +9,10 @@ from toolgraph.data.formats import read_dataset
 from toolgraph.data.schema import Tool
 from toolgraph.errors import DataError, ModelNotFoundError
 from toolgraph.nn.encoder import resolve_model
-from toolgraph.retrieval import Retriever, build_retriever
+from toolgraph.retrieval import Retriever
 from toolgraph.retrieval.bm25 import BM25Config
 from toolgraph.retrieval.dense import DenseConfig
+from toolgraph.retrieval.loading import resolve_retriever
 from toolgraph.retrieval.topk import topk
 
 
@@ -34,7 +35,7 @@ def test_topk_matches_stable_sort_on_random_ties():
 
 def test_bm25_ranks_lexical_match_first(tiny_dataset_dir):
     ds = read_dataset(tiny_dataset_dir)
-    r = build_retriever(BM25Config())
+    r = resolve_retriever(BM25Config())
     r.index(ds.tools)
     ranking = r.retrieve(["convert dollars to another currency", "hotels in a city"], k=3)
     assert ranking.ids[0][0] == "t5" and ranking.ids[1][0] == "t4"
@@ -43,13 +44,13 @@ def test_bm25_ranks_lexical_match_first(tiny_dataset_dir):
 
 
 def test_bm25_query_without_terms_returns_id_order(tiny_dataset_dir):
-    r = build_retriever(BM25Config())
+    r = resolve_retriever(BM25Config())
     r.index(read_dataset(tiny_dataset_dir).tools)
     assert r.retrieve(["the"], k=5).ids[0] == ["t1", "t2", "t3", "t4", "t5"]
 
 
 def test_add_remove_and_errors(tiny_dataset_dir):
-    r = build_retriever(BM25Config())
+    r = resolve_retriever(BM25Config())
     r.index(read_dataset(tiny_dataset_dir).tools)
     r.add_tools([Tool("t6", "translate_text", "translate text between languages")])
     assert r.retrieve(["translate this text"], 1).ids[0] == ["t6"]
@@ -64,13 +65,13 @@ def test_add_remove_and_errors(tiny_dataset_dir):
 
 
 def test_natural_id_order_for_ties():
-    r = build_retriever(BM25Config())
+    r = resolve_retriever(BM25Config())
     r.index([Tool(str(i), f"n{i}", "same words here") for i in (10, 2, 1)])
     assert r.retrieve(["same words"], 3).ids[0] == ["1", "2", "10"]
 
 
 def test_save_load_round_trip_bm25(tiny_dataset_dir, tmp_path):
-    r = build_retriever(BM25Config(k1=1.2))
+    r = resolve_retriever(BM25Config(k1=1.2))
     r.index(read_dataset(tiny_dataset_dir).tools)
     r.save(tmp_path / "r")
     loaded = Retriever.load(tmp_path / "r")
@@ -82,7 +83,7 @@ def test_save_load_round_trip_bm25(tiny_dataset_dir, tmp_path):
 def _dense(tiny_bert_dir, tmp_path, **kw):
     kw.setdefault("cache_dir", str(tmp_path / "cache"))
     cfg = DenseConfig(model=str(tiny_bert_dir), progress=False, **kw)
-    return build_retriever(cfg)
+    return resolve_retriever(cfg)
 
 
 def test_dense_vectors_independent_of_batching(tiny_bert_dir, tiny_dataset_dir, tmp_path):
@@ -140,7 +141,7 @@ def _indexed_from_run_folder(name, tiny_bert_dir, tiny_dataset_dir, tmp_path, mo
     monkeypatch.chdir(tmp_path)
     shutil.copytree(tiny_bert_dir, tmp_path / "runs" / "bi" / "encoder")
     config = {"dense": DenseConfig, "tool2vec": Tool2VecConfig}[name]
-    r = build_retriever(config(model="runs/bi/encoder", cache_dir=None, progress=False))
+    r = resolve_retriever(config(model="runs/bi/encoder", cache_dir=None, progress=False))
     ds = read_dataset(tiny_dataset_dir)
     r.fit(ds)
     r.index(ds.tools)
@@ -161,7 +162,7 @@ def test_a_model_folder_from_outside_travels_with_the_saved_retriever(name, tiny
     loaded = Retriever.load(tmp_path / "saved")
     loaded.index([*ds.tools, Tool("t9", "play_music", "play a song")])  # encodes every tool again
     assert torch.allclose(loaded.score(["hotel"])[:, :-1], r.score(["hotel"]), atol=1e-5)
-    again = build_retriever(type(r.config)(model=str(tmp_path / "saved" / "encoder"), cache_dir=None, progress=False))
+    again = resolve_retriever(type(r.config)(model=str(tmp_path / "saved" / "encoder"), cache_dir=None, progress=False))
     again.fit(ds)
     again.index(ds.tools)
     again.save(tmp_path / "saved")  # over the folder its model sits in: the model stays
@@ -195,7 +196,7 @@ def test_a_hugging_face_name_with_a_slash_is_saved_by_name(tiny_dataset_dir, tmp
     """``org/name`` found by name (here MiniLM's hub id) is not a moved folder: saved as it is, not copied."""
     import json
 
-    r = build_retriever(DenseConfig(model="sentence-transformers/all-MiniLM-L6-v2", cache_dir=None, progress=False))
+    r = resolve_retriever(DenseConfig(model="sentence-transformers/all-MiniLM-L6-v2", cache_dir=None, progress=False))
     r.index(read_dataset(tiny_dataset_dir).tools)
     r.save(tmp_path / "saved")
     saved = json.loads((tmp_path / "saved" / "retriever.json").read_text())["config"]["model"]

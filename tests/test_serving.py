@@ -197,7 +197,7 @@ def test_crash_between_the_renames_is_recovered(index):
 
 
 def test_sync_refuses_a_plain_tool_index(tmp_path, mcp_catalog, tiny_bert_dir):
-    from toolgraph.retrieval.pipeline import resolve_retriever
+    from toolgraph.retrieval.loading import resolve_retriever
 
     r = resolve_retriever({"name": "bm25"}, "r")
     r.index(load_index_tools(mcp_catalog))
@@ -215,7 +215,7 @@ def load_index_tools(mcp_catalog):
 
 
 def test_plain_retrievers_serve_agents_by_roll_up(tmp_path, mcp_catalog):
-    from toolgraph.retrieval.pipeline import resolve_retriever
+    from toolgraph.retrieval.loading import resolve_retriever
 
     r = resolve_retriever({"name": "bm25"}, "r")
     r.index(load_index_tools(mcp_catalog))

@@ -56,7 +56,7 @@ def files_under(folder: Path) -> set[str]:
 
 
 def bm25_index(folder: Path, catalog: Path, servers=None) -> Path:
-    from toolgraph.retrieval.pipeline import resolve_retriever
+    from toolgraph.retrieval.loading import resolve_retriever
 
     if servers is not None:
         catalog, _ = write_mcp_catalog(folder.parent / (folder.name + "-catalog"), servers, [])
@@ -213,7 +213,7 @@ def test_the_server_refuses_to_start_on_an_index_it_cannot_serve(bm25, tmp_path,
     assert str(half) in err and "Traceback" not in err
 
     # loads (the encoder is read lazily) but cannot answer a query: refused at start, not at the first request
-    from toolgraph.retrieval.pipeline import resolve_retriever
+    from toolgraph.retrieval.loading import resolve_retriever
 
     encoder = tmp_path / "encoder"
     shutil.copytree(tiny_bert_dir, encoder)
@@ -227,7 +227,7 @@ def test_the_server_refuses_to_start_on_an_index_it_cannot_serve(bm25, tmp_path,
 
 
 def test_a_running_server_keeps_the_last_good_index(bm25, tmp_path, tiny_bert_dir):
-    from toolgraph.retrieval.pipeline import resolve_retriever
+    from toolgraph.retrieval.loading import resolve_retriever
 
     live = LiveIndex(bm25, check_every=0.05)
     before = live.search_tools("seven day weather forecast", 3)

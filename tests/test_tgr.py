@@ -10,9 +10,9 @@ import torch.nn.functional as F
 from toolgraph.data import load_dataset
 from toolgraph.errors import ConfigError
 from toolgraph.nn.propagate import gcn_smooth, normalized_adjacency
-from toolgraph.retrieval import build_retriever
 from toolgraph.retrieval.base import Retriever
 from toolgraph.retrieval.dense import DenseConfig
+from toolgraph.retrieval.loading import resolve_retriever
 from toolgraph.retrieval.tgr import TGRConfig
 
 
@@ -50,12 +50,12 @@ def test_prerequisite_moves_towards_its_dependents():
 
 
 def _tgr(tiny_bert_dir, **kw):
-    return build_retriever(TGRConfig(model=str(tiny_bert_dir), cache_dir=None, progress=False, **kw))
+    return resolve_retriever(TGRConfig(model=str(tiny_bert_dir), cache_dir=None, progress=False, **kw))
 
 
 def test_tgr_vectors_are_the_smoothed_dense_vectors(dependency_dataset_dir, tiny_bert_dir):
     ds = load_dataset(str(dependency_dataset_dir))
-    dense = build_retriever(DenseConfig(model=str(tiny_bert_dir), cache_dir=None, progress=False))
+    dense = resolve_retriever(DenseConfig(model=str(tiny_bert_dir), cache_dir=None, progress=False))
     dense.index(ds.tools)
     for layers, direction in [(1, "to_prerequisite"), (2, "symmetric")]:
         r = _tgr(tiny_bert_dir, layers=layers, direction=direction)

@@ -7,12 +7,13 @@ from toolgraph.config import EvalConfig
 from toolgraph.data.formats import read_dataset
 from toolgraph.data.schema import Tool
 from toolgraph.evaluation import evaluate
-from toolgraph.retrieval import Retriever, build_retriever
+from toolgraph.retrieval import Retriever
+from toolgraph.retrieval.loading import resolve_retriever
 from toolgraph.retrieval.tool2vec import Tool2VecConfig
 
 
 def _t2v(tiny_bert_dir, **kw):
-    return build_retriever(Tool2VecConfig(model=str(tiny_bert_dir), cache_dir=None, progress=False, **kw))
+    return resolve_retriever(Tool2VecConfig(model=str(tiny_bert_dir), cache_dir=None, progress=False, **kw))
 
 
 def test_tool_vector_is_the_mean_of_its_training_queries(tiny_bert_dir, synthetic_dataset_dir):
@@ -47,7 +48,7 @@ def test_usage_weight_zero_is_the_dense_retriever(tiny_bert_dir, synthetic_datas
     a = _t2v(tiny_bert_dir, usage_weight=0.0)
     a.fit(ds)
     a.index(ds.tools)
-    b = build_retriever(DenseConfig(model=str(tiny_bert_dir), cache_dir=None, progress=False))
+    b = resolve_retriever(DenseConfig(model=str(tiny_bert_dir), cache_dir=None, progress=False))
     b.index(ds.tools)
     assert torch.allclose(a.tool_vectors, b.tool_vectors, atol=1e-6)
     with pytest.raises(ValueError, match="usage_weight"):

@@ -204,7 +204,7 @@ class Server:
 
 @pytest.fixture(scope="module")
 def bm25_index(tmp_path_factory) -> Path:
-    from toolgraph.retrieval.pipeline import resolve_retriever
+    from toolgraph.retrieval.loading import resolve_retriever
     from toolgraph.sync import read_catalog_any
 
     work = tmp_path_factory.mktemp("bm25")

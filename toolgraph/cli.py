@@ -10,9 +10,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-import yaml
-
-from toolgraph.errors import DataError, ToolgraphError
+from toolgraph.errors import ToolgraphError
 
 
 def _offline_defaults() -> None:
@@ -86,7 +84,8 @@ def cmd_graph(args: argparse.Namespace) -> int:
     from toolgraph.config import load_config
     from toolgraph.data import load_dataset
     from toolgraph.depgraph import GraphConfig, build_graph, write_graph
-    from toolgraph.retrieval.loading import load_task, resolve_checkpoint
+    from toolgraph.retrieval.loading import load_task
+    from toolgraph.runs import resolve_checkpoint
 
     cfg = load_config(GraphConfig, [], args.overrides)
     ds = load_dataset(args.data, args.root, **_options(args.option))
@@ -107,99 +106,30 @@ def cmd_graph(args: argparse.Namespace) -> int:
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from toolgraph.config import EvaluateConfig, load_config, to_yaml
-    from toolgraph.data import prepare_dataset
-    from toolgraph.evaluation import (
-        check_output_folder,
-        disk_full_is_an_error,
-        evaluate,
-        format_table,
-        replace_folder,
-        retire_results,
-        write_report,
-        write_text_atomic,
-    )
-    from toolgraph.retrieval.base import build_retriever
-    from toolgraph.retrieval.loading import load
+    from toolgraph.evaluation import format_table, run, trained_on
+    from toolgraph.runs import check_output_folder
 
     sources = list(args.config)
     if args.checkpoint and not sources:
-        sources = [_data_section_of_run(args.checkpoint)]  # evaluate where it was trained, unless told
+        sources = [trained_on(args.checkpoint)]  # evaluate where it was trained, unless told
     cfg = load_config(EvaluateConfig, sources, args.overrides)
-    checkpoint = args.checkpoint or cfg.checkpoint
+    if args.checkpoint:
+        cfg.checkpoint = args.checkpoint
     if args.out:
         cfg.out = args.out
     if cfg.out:  # before any work: never write into someone else's folder
         check_output_folder(cfg.out, "--out" if args.out else "out")
     if args.print_config:
         print(to_yaml(cfg))
-    ds = prepare_dataset(cfg.data)
-    if checkpoint:
-        retriever = _loading(checkpoint, load)
-        name = f"{retriever.name} from {checkpoint}"
-        cfg.checkpoint, cfg.retriever = str(checkpoint), retriever.config  # what ran, not the default section
-    else:
-        retriever, name = build_retriever(cfg.retriever), cfg.retriever.name
-    report = evaluate(retriever, ds, cfg.data.split, cfg.eval)
-    label = f"{name} on {ds.name}/{cfg.data.split} ({len(report.query_ids)} queries)"
-    print(format_table({label: report.metrics}, cfg.eval.ks))
+    report = run(cfg)
+    print(format_table({report.label: report.metrics}, cfg.eval.ks))
     if report.agent_metrics:
-        print(format_table({"agents: " + label: report.agent_metrics}, cfg.eval.ks))
+        print(format_table({"agents: " + report.label: report.agent_metrics}, cfg.eval.ks))
     print("timings: " + ", ".join(f"{k}={v:.2f}" for k, v in report.timings.items()))
-    if cfg.out:  # the old results.json goes first and the new one comes last: never a mix of two runs
-        out = Path(cfg.out)
-        with disk_full_is_an_error(out):  # a full disk: a clear error naming the folder, not a traceback
-            out.mkdir(parents=True, exist_ok=True)
-            retire_results(out)
-            write_text_atomic(out / "config.yaml", to_yaml(cfg))
-            if not checkpoint:  # what fit() learned (Tool2Vec, LoSemB) loads with toolgraph.load(out/retriever)
-                replace_folder(out / "retriever", retriever.save, "--out retriever/")
-            write_report(report, out, cfg, ds)
+    if cfg.out:
         print(f"wrote {cfg.out}/results.json, rankings.jsonl, curves.png, config.yaml"
-              f"{'' if checkpoint else ', retriever/'}")
+              f"{'' if cfg.checkpoint else ', retriever/'}")
     return 0
-
-
-def _loading(path: str, fn):  # noqa: ANN001, ANN202 - fn: a loader of toolgraph.retrieval.loading
-    """``fn(path)``; any failure that is not already a toolgraph error becomes a DataError naming the file
-    (a damaged or foreign checkpoint / saved folder must not end in a traceback)."""
-    try:
-        return fn(path)
-    except ToolgraphError:
-        raise
-    except (OSError, KeyError, IndexError, TypeError, ValueError, AttributeError, RuntimeError,
-            UnicodeDecodeError, EOFError) as e:
-        raise DataError(f"cannot be loaded ({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}); "
-                        "is it a toolgraph checkpoint, run folder or saved retriever, complete and from this "
-                        "version? Re-export or re-train it", path) from e
-
-
-def _data_section_of_run(path: str) -> dict:
-    """The data section (name, root, setting, options, test split) a checkpoint or run was made with."""
-    import torch
-
-    p = Path(path)
-    run_cfg = None
-    if p.is_file() and p.suffix == ".ckpt":
-        try:
-            ckpt = torch.load(p, map_location="cpu", weights_only=True)
-        except Exception as e:  # noqa: BLE001 - cut, foreign or pickled: one clear message
-            raise DataError(f"cannot be read as a weights-only checkpoint ({type(e).__name__}: "
-                            f"{str(e).splitlines()[0][:160] if str(e) else ''}); is it a complete toolgraph "
-                            "checkpoint?", p) from None
-        hp = ckpt.get("hyper_parameters") if isinstance(ckpt, dict) else None
-        run_cfg = hp.get("config") if isinstance(hp, dict) else None
-    elif (p / "config.yaml").is_file():
-        try:
-            run_cfg = yaml.safe_load((p / "config.yaml").read_text(encoding="utf-8"))
-        except (yaml.YAMLError, UnicodeDecodeError) as e:
-            raise DataError(f"not a readable run config ({type(e).__name__}); re-run the training or give "
-                            "--config", p / "config.yaml") from None
-    if not isinstance(run_cfg, dict) or not isinstance(run_cfg.get("data"), dict):
-        return {}
-    d = run_cfg["data"]
-    keep = {k: d[k] for k in ("name", "root", "setting", "seed", "options") if k in d}
-    ev = run_cfg.get("eval")
-    return {"data": {**keep, "split": d.get("test_split", "test")}, "eval": ev if isinstance(ev, dict) else {}}
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -226,7 +156,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_retrieve(args: argparse.Namespace) -> int:
     from toolgraph.retrieval.loading import load
 
-    retriever = _loading(args.checkpoint, load)
+    retriever = load(args.checkpoint)
     if args.graph:
         from toolgraph.retrieval.tgr import with_graph
 
@@ -281,12 +211,12 @@ def cmd_index(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     """A checkpoint (e.g. one kept mid-run) -> the retriever folder train.py would have exported."""
     from toolgraph.cards import write_cards
-    from toolgraph.evaluation import check_output_folder
     from toolgraph.retrieval.loading import load_task
+    from toolgraph.runs import check_output_folder
 
     # a new or empty folder, or an earlier export (replaced whole, atomically); anything else is refused
     check_output_folder(args.out, "--out", ("retriever.json", "manifest.json"))
-    task = _loading(args.checkpoint, load_task)
+    task = load_task(args.checkpoint)
     if args.graph:  # the same encoder and tools, smoothed over a dependency graph: what `serve` then loads
         import tempfile
 
@@ -319,7 +249,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from toolgraph.evaluation import format_table, read_results
+    from toolgraph.evaluation import format_table
+    from toolgraph.runs import read_results
 
     rows, ks = {}, [1, 3, 5, 7, 10]
     for folder in args.dirs:
@@ -475,7 +406,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not hasattr(args, "overrides"):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         args.overrides = list(args.overrides) + extra
-    from toolgraph.evaluation import Terminated, install_signal_handlers, received_signal
+    from toolgraph.runs import Terminated, install_signal_handlers, received_signal
 
     if args.fn is not cmd_serve:  # the server handles its own signals
         install_signal_handlers()

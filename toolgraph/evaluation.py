@@ -1,40 +1,43 @@
 """Evaluate any Retriever on a dataset split: metrics, per-query rankings, curves, timings.
 
-Outputs are written so that an interrupted run never leaves a half-written or mismatched folder:
-every file goes to a hidden temp name in its folder and is renamed over the old one (``atomic_path``),
-and ``results.json`` is removed when a run starts writing and written last, so it is the mark of a
-complete run (a folder without it was interrupted: re-run). A full disk while writing is a DataError
-naming the folder (``disk_full_is_an_error``), with the same guarantee. SIGTERM / SIGINT unwind like an error
-(temp files removed) and the command exits 143 / 130 (``install_signal_handlers``).
+    report = run(load_config(EvaluateConfig, ["configs/eval/bm25_toollens.yaml"]))   # = toolgraph evaluate
+    report = evaluate(retriever, ds, "test", cfg.eval)                               # a retriever you hold
+
+``run(cfg)`` is the library entry of an evaluation, beside ``training.train(cfg)``: the retriever
+(built from ``cfg.retriever``, or loaded from ``cfg.checkpoint``), the dataset (``cfg.data``), the
+metrics on ``cfg.data.split``, and, with ``cfg.out``, the run folder. Outputs are written so that an
+interrupted run never leaves a half-written or mismatched folder (``toolgraph/runs.py``): every file
+goes to a hidden temp name and is renamed over the old one, and ``results.json`` is removed when a run
+starts writing and written last, so it is the mark of a complete run.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
-import signal
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from toolgraph import metrics as M
-from toolgraph.config import EvalConfig, to_dict
+from toolgraph.config import EvalConfig, EvaluateConfig, to_dict, to_yaml
+from toolgraph.data import prepare_dataset
 from toolgraph.data.schema import Query, ToolDataset
-from toolgraph.errors import ConfigError, DataError, no_space_is_a_data_error
-from toolgraph.files import (
-    atomic_path,
-    clean_new_copies,
-    clean_old_copies,
-    recover_folder,
-    swap_folder,
-    write_text_atomic,
-)
+from toolgraph.errors import ConfigError
+from toolgraph.files import atomic_path, write_text_atomic
 from toolgraph.retrieval.base import Ranking, Retriever
+from toolgraph.retrieval.loading import load, resolve_retriever
 from toolgraph.retrieval.steps import sentences
+from toolgraph.runs import (
+    check_output_folder,
+    disk_full_is_an_error,
+    replace_folder,
+    retire_results,
+    run_config,
+    write_results,
+)
 
 
 @dataclass
@@ -48,6 +51,7 @@ class Report:
     curves: dict[str, list[float]] = field(default_factory=dict)
     notes: dict[str, Any] = field(default_factory=dict)
     intervals: dict[str, list[float]] = field(default_factory=dict)  # metric -> [low, high] (95 %, bootstrap)
+    label: str = ""  # what ran on what: "bm25 on toollens/test (1877 queries)" (set by run())
 
 
 def query_steps(queries: list[Query], mode: str) -> tuple[list[list[str]], dict[str, int]]:
@@ -177,125 +181,40 @@ def plot_curves(curves: dict[str, list[float]], path: Path, title: str = "") -> 
         plt.close(fig)
 
 
-# ---- outputs: atomic files, the results.json commit mark, output folders, signals ---------------
-RESULTS = "results.json"
-OUTPUT_MARKERS = ("config.yaml", RESULTS, "retriever.json")  # a folder holding one of these is ours
+def run(cfg: EvaluateConfig, retriever: Retriever | None = None, ds: ToolDataset | None = None) -> Report:
+    """One evaluation run, as ``toolgraph evaluate`` does it: the retriever (``retriever``, else loaded from
+    ``cfg.checkpoint``, else built from ``cfg.retriever``) fitted and indexed on the dataset (``ds``, else
+    ``cfg.data`` prepared), scored on ``cfg.data.split``; with ``cfg.out``, that folder gets config.yaml,
+    the built retriever (``retriever/``: what ``fit`` learned loads with ``toolgraph.load``), rankings.jsonl,
+    curves.png and results.json (last). A loaded checkpoint's own config is recorded under ``retriever``."""
+    if cfg.out:  # before any work: never write into someone else's folder
+        check_output_folder(cfg.out, "out")
+    ds = ds if ds is not None else prepare_dataset(cfg.data)
+    loaded = retriever is None and bool(cfg.checkpoint)
+    if retriever is None:
+        retriever = load(cfg.checkpoint) if loaded else resolve_retriever(cfg.retriever, "retriever")
+    cfg = replace(cfg, retriever=retriever.config)  # what ran, not the section's defaults
+    report = evaluate(retriever, ds, cfg.data.split, cfg.eval)
+    system = f"{retriever.name} from {cfg.checkpoint}" if loaded else retriever.name
+    report.label = f"{system} on {ds.name}/{cfg.data.split} ({len(report.query_ids)} queries)"
+    if cfg.out:  # the old results.json goes first and the new one comes last: never a mix of two runs
+        out = Path(cfg.out)
+        with disk_full_is_an_error(out):  # a full disk: a clear error naming the folder, not a traceback
+            out.mkdir(parents=True, exist_ok=True)
+            retire_results(out)
+            write_text_atomic(out / "config.yaml", to_yaml(cfg))
+            if not cfg.checkpoint:
+                replace_folder(out / "retriever", retriever.save, "out retriever/")
+            write_report(report, out, cfg, ds)
+    return report
 
 
-_TEMP = re.compile(r"\.(config\.yaml|results\.json|rankings\.jsonl|curves\.png)\.tmp-\d+")
-
-
-def retire_results(out: str | Path) -> None:
-    """Remove ``out/results.json`` before a run writes anything else there, so an interrupted re-run
-    never leaves the previous results beside the new config or rankings; temp files that a killed run
-    (kill -9) left behind go too."""
-    out = Path(out)
-    (out / RESULTS).unlink(missing_ok=True)
-    for stale in out.glob(".*.tmp-*"):
-        if _TEMP.fullmatch(stale.name) and stale.is_file():
-            stale.unlink(missing_ok=True)
-
-
-def write_results(out: str | Path, results: dict[str, Any]) -> Path:
-    """``out/results.json``, atomically; call it last (it marks the run complete)."""
-    return write_text_atomic(Path(out) / RESULTS, json.dumps(results, indent=2, default=str) + "\n")
-
-
-def read_results(path: str | Path) -> dict[str, Any]:
-    """A results.json (or the folder holding it); a missing, cut or malformed file is a DataError that
-    names it and says to re-run."""
-    path = Path(path)
-    if path.is_dir() or not path.name.endswith(".json"):
-        path = path / RESULTS
-    if not path.is_file():
-        raise DataError("not found: the run did not finish (or was interrupted); re-run it to write it", path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as e:
-        raise DataError(f"not a readable results file ({type(e).__name__}: {str(e)[:120]}); it was cut or "
-                        "edited: re-run the evaluation (or training) that wrote it", path) from None
-    if not isinstance(data, dict) or not isinstance(data.get("metrics", {}), dict):
-        raise DataError("not a toolgraph results file (expected a JSON object with 'metrics'); re-run the "
-                        "evaluation that wrote it", path)
-    return data
-
-
-def disk_full_is_an_error(out: str | Path) -> Any:
-    """A full disk (or quota) while writing ``out``: a DataError naming the folder, not a traceback.
-    What is left is what an interrupted run leaves (temp files removed, no results.json, a swapped
-    folder as it was), so the message says that and to re-run."""
-    return no_space_is_a_data_error(out, "the results", "nothing was half-written (every file there is a whole "
-                                    "one), but the folder has no results.json: this run is not saved. Free some "
-                                    "space and re-run")
-
-
-def check_output_folder(path: str | Path, what: str, markers: tuple[str, ...] = OUTPUT_MARKERS) -> Path:
-    """``path`` if toolgraph may write there: absent, an empty folder, or a folder holding one of
-    ``markers`` (one of our outputs). Anything else (a file, someone else's folder) is refused with a
-    ConfigError naming ``what``; nothing is deleted or overwritten."""
-    path = Path(path)
-    if not path.exists() and not path.is_symlink():
-        return path
-    if not path.is_dir():
-        raise ConfigError(f"{what}: {str(path)!r} exists and is not a folder; give a new or empty folder "
-                          "(nothing was written)")
-    if any((path / m).exists() for m in markers) or next(path.iterdir(), None) is None:
-        return path
-    raise ConfigError(f"{what}: {str(path)!r} is a folder that toolgraph did not write (it holds none of "
-                      f"{', '.join(markers)}); refusing to write into it. Give a new or empty folder, or a "
-                      "previous output folder (nothing was written)")
-
-
-def replace_folder(dest: str | Path, build: Callable[[Path], Any], what: str = "output") -> Any:
-    """``build(tmp)`` swapped in at ``dest`` (``files.swap_folder``): an interrupted export leaves the old
-    folder, never a mix. ``dest`` must be absent, empty, or a saved retriever (retriever.json)."""
-    dest = Path(dest)
-    recover_folder(dest)  # what a killed (kill -9) export left: the old folder back (a rename) ...
-    clean_old_copies(dest)  # ... or, killed after its swap, the old copy: deleted by this writer, not a reader
-    clean_new_copies(dest)
-    check_output_folder(dest, what, ("retriever.json", "manifest.json"))
-    return swap_folder(dest, build)
-
-
-class Terminated(BaseException):  # noqa: N818 - like KeyboardInterrupt: not an Exception, nothing swallows it
-    """SIGTERM received: unwinds the stack (temp files removed); the command exits 143."""
-
-
-_SIGNALS: dict[str, Any] = {"received": [], "defer": 0}
-
-
-def _on_signal(signum: int, frame: Any) -> None:
-    _SIGNALS["received"].append(signum)
-    if signum == signal.SIGINT:
-        raise KeyboardInterrupt
-    if not _SIGNALS["defer"]:
-        raise Terminated
-
-
-def install_signal_handlers() -> None:
-    """SIGTERM raises ``Terminated`` and SIGINT ``KeyboardInterrupt`` (main thread only), and both are
-    remembered so the command can exit 128 + signal even when a library turned them into SystemExit."""
-    import threading
-
-    if threading.current_thread() is threading.main_thread():
-        _SIGNALS["received"].clear()
-        signal.signal(signal.SIGTERM, _on_signal)
-        signal.signal(signal.SIGINT, _on_signal)
-
-
-def received_signal() -> int | None:
-    """The first SIGTERM / SIGINT received since ``install_signal_handlers`` (None: none)."""
-    return _SIGNALS["received"][0] if _SIGNALS["received"] else None
-
-
-@contextmanager
-def sigterm_deferred() -> Iterator[None]:
-    """Inside Lightning's fit / test: a SIGTERM is only recorded (Lightning's own handler stops the loop at
-    the end of the batch); after the block, a recorded SIGTERM raises ``Terminated``."""
-    _SIGNALS["defer"] += 1
-    try:
-        yield
-    finally:
-        _SIGNALS["defer"] -= 1
-    if signal.SIGTERM in _SIGNALS["received"]:
-        raise Terminated
+def trained_on(checkpoint: str | Path) -> dict[str, Any]:
+    """The ``data`` (its test split) and ``eval`` sections a checkpoint or run folder was trained with,
+    as an evaluation config source: evaluate a model where it was trained unless told otherwise."""
+    values = run_config(checkpoint)
+    if not isinstance(values, dict) or not isinstance(values.get("data"), dict):
+        return {}
+    d, ev = values["data"], values.get("eval")
+    keep = {k: d[k] for k in ("name", "root", "setting", "seed", "options") if k in d}
+    return {"data": {**keep, "split": d.get("test_split", "test")}, "eval": ev if isinstance(ev, dict) else {}}

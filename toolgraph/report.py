@@ -24,9 +24,9 @@ from typing import Any
 import torch
 
 from toolgraph.errors import DataError
-from toolgraph.evaluation import read_results
 from toolgraph.files import write_text_atomic
 from toolgraph.metrics import METRICS, hit_matrix, intervals, paired_difference, per_query
+from toolgraph.runs import read_results
 
 __all__ = ["Run", "format_significance", "load_run", "render_html", "significance", "write_html"]
 

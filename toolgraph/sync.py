@@ -62,9 +62,8 @@ from toolgraph.errors import ConfigError, DataError, no_space_is_a_data_error
 from toolgraph.files import FolderPutBack, clean_new_copies, clean_old_copies, is_temp_name, swap_folder
 from toolgraph.retrieval.base import Retriever
 from toolgraph.retrieval.dense import embedding_cache_off
-from toolgraph.retrieval.loading import load, recover
+from toolgraph.retrieval.loading import load, recover, resolve_retriever
 from toolgraph.retrieval.manifest import MANIFEST
-from toolgraph.retrieval.pipeline import resolve_retriever
 
 __all__ = ["index_lock", "read_catalog_any", "recover", "save_atomically", "sync_index"]
 

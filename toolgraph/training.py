@@ -45,15 +45,15 @@ from lightning.pytorch.callbacks import Callback, EMAWeightAveraging, LearningRa
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.trainer.states import TrainerFn
 
-from toolgraph.config import TrainConfig, config_from_dict, to_dict, to_saved, to_yaml
-from toolgraph.errors import ConfigError, ToolgraphError
-from toolgraph.evaluation import check_output_folder, retire_results, sigterm_deferred, write_text_atomic
-from toolgraph.files import atomic_path, fsync_folder, is_temp_name
+from toolgraph.config import TrainConfig, from_dict, to_dict, to_yaml
+from toolgraph.errors import ConfigError, DataError, ToolgraphError
+from toolgraph.files import atomic_path, fsync_folder, is_temp_name, write_text_atomic
 from toolgraph.registry import TASKS
 from toolgraph.retrieval.progress import progress_enabled
+from toolgraph.runs import check_output_folder, read_checkpoint, retire_results, sigterm_deferred
 
 __all__ = ["AtomicCheckpointIO", "CheckpointWriteError", "TrainConfig", "build_trainer", "check_resume",
-           "check_training_batches", "check_trains_something", "config_from_dict", "newest_last_checkpoint",
+           "check_training_batches", "check_trains_something", "newest_last_checkpoint",
            "resolve_resume", "set_aside_checkpoints", "train"]
 
 
@@ -268,25 +268,17 @@ def check_resume(path: str | Path, cfg: TrainConfig) -> None:
     """Refuse (ConfigError naming ``resume``) a checkpoint this run cannot continue: unreadable as a
     weights-only toolgraph checkpoint, written by another task, or trained with another ``model``
     section (the architecture and objective; data, optimiser and trainer settings may change)."""
-    import torch
-
     try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # noqa: BLE001 - a cut file, not a checkpoint, or pickled objects: one clear message
-        raise ConfigError(f"resume: {path}: cannot be read as a weights-only checkpoint ({type(e).__name__}: "
-                          f"{str(e).splitlines()[0][:160] if str(e) else ''}); it may be cut short or not a "
-                          "toolgraph checkpoint. Resume from another checkpoint or start a new out_dir") from None
-    meta = ckpt.get("toolgraph") if isinstance(ckpt, dict) else None
-    saved = ckpt.get("hyper_parameters", {}).get("config") if isinstance(ckpt, dict) else None
-    if not isinstance(meta, dict) or not isinstance(saved, dict):
-        raise ConfigError(f"resume: {path}: not a toolgraph checkpoint (no 'toolgraph' section or saved config)")
-    task = meta.get("task")
+        ckpt = read_checkpoint(path)
+    except DataError as e:
+        raise ConfigError(f"resume: {e}. Resume from another checkpoint or start a new out_dir") from None
+    task = ckpt.task
     if task != cfg.model.name:
         raise ConfigError(f"resume: {path} was written by model.name={task!r}, and this run is model.name="
                           f"{cfg.model.name!r}: a run resumes only its own task. Start a new out_dir (or resume "
                           "from a checkpoint of this task)")
     try:
-        saved_model = to_dict(config_from_dict(saved).model)
+        saved_model = to_dict(from_dict(TrainConfig, ckpt.config, f"{path}: hyper_parameters.config").model)
     except ConfigError as e:
         raise ConfigError(f"resume: {path}: its saved config does not load: {e}") from None
     diff = _differences(saved_model, to_dict(cfg.model), "model")
@@ -383,8 +375,8 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     check_trains_something(cfg)
     ckpt_path = resolve_resume(cfg, out)
     L.seed_everything(cfg.seed, workers=True)
-    task = TASKS.get(cfg.model.name)(to_saved(cfg))  # saved form: a literal ${ stays one
-    dm = task.datamodule_for(cfg)
+    task = TASKS.get(cfg.model.name)(cfg)  # the one config object of the run
+    dm = task.datamodule_for()
     trainer = build_trainer(cfg, out)
     check_training_batches(cfg, dm, trainer.world_size)  # before anything is written or moved
     if trainer.is_global_zero:
@@ -416,7 +408,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
             task.load_state_dict(state)
         # export, rankings, curves, then results.json (last) with this run's summary in it
         summary["metrics"] = task.cpu().finish(
-            out, dm, cfg, lambda: {"training": {**summary, "seconds": time.perf_counter() - start}})
+            out, dm, lambda: {"training": {**summary, "seconds": time.perf_counter() - start}})
     _finish_wandb(trainer)
     return summary
 

@@ -5,6 +5,14 @@ name the first time it is asked for (toolgraph/registry.py), so nothing here is 
 """
 
 from toolgraph.registry import RETRIEVERS
-from toolgraph.retrieval.base import Ranking, Retriever, RetrieverConfig, build_retriever
+from toolgraph.retrieval.base import Ranking, Retriever, RetrieverConfig
 
-__all__ = ["RETRIEVERS", "Ranking", "Retriever", "RetrieverConfig", "build_retriever"]
+__all__ = ["RETRIEVERS", "Ranking", "Retriever", "RetrieverConfig", "resolve_retriever"]
+
+
+def __getattr__(name: str):  # noqa: ANN202 - the resolver lives in loading.py, imported only when asked for
+    if name in ("resolve_retriever", "build_retriever"):  # build_retriever: its earlier name
+        from toolgraph.retrieval.loading import resolve_retriever
+
+        return resolve_retriever
+    raise AttributeError(f"module 'toolgraph.retrieval' has no attribute {name!r}")

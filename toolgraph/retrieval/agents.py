@@ -109,7 +109,7 @@ class AgentRetriever(Retriever):
     @property
     def dense(self):
         from toolgraph.retrieval.dense import DenseRetriever
-        from toolgraph.retrieval.pipeline import resolve_retriever
+        from toolgraph.retrieval.loading import resolve_retriever
 
         if self._dense is None:
             spec = self.config.dense if self.config.dense is not None else DEFAULT_DENSE

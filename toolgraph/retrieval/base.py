@@ -30,7 +30,7 @@ from toolgraph.retrieval.progress import batches
 from toolgraph.retrieval.steps import merged_scores
 from toolgraph.retrieval.topk import topk
 
-__all__ = ["Ranking", "Retriever", "RetrieverConfig", "build_retriever", "config_for", "natural_key"]
+__all__ = ["Ranking", "Retriever", "RetrieverConfig", "natural_key"]
 
 # folders whose whole tree this load has checked against their manifest: members loaded from
 # inside them (a pipeline's first_stage/, an index's dense/) are not hashed a second time
@@ -55,22 +55,18 @@ class Ranking:
         return len(self.ids)
 
 
-def build_retriever(config: Any) -> Retriever:
-    """A retriever from its typed config (``config.name`` picks the class)."""
-    return RETRIEVERS.get(config.name)(config)
-
-
-def config_for(cls: type, values: dict, where: str = "saved retriever config") -> Any:
-    """``cls``'s typed config from a plain dict (retriever.json, an inline spec), checked by its schema."""
-    try:
-        return from_dict(cls.Config(name=cls.name), values, where)
-    except ConfigError as e:
-        raise ConfigError(f"{where} does not fit {cls.__name__}: {e}") from None
-
-
 class Retriever(ABC):
     Config: ClassVar[type] = RetrieverConfig
     name: ClassVar[str] = ""
+
+    @classmethod
+    def parse_config(cls, values: dict, where: str = "saved retriever config") -> Any:
+        """This class's typed config from a plain dict (retriever.json, an inline spec), checked by its
+        schema. To get a Retriever from a dict, name, path or config, use ``loading.resolve_retriever``."""
+        try:
+            return from_dict(cls.Config(name=cls.name), values, where)
+        except ConfigError as e:
+            raise ConfigError(f"{where} does not fit {cls.__name__}: {e}") from None
 
     def __init__(self, config: Any = None):
         # a config built in code gets the checks load_config applies to a file (choices, ranges)
@@ -202,7 +198,7 @@ class Retriever(ABC):
             cls = RETRIEVERS.get(meta["retriever"])
         except ConfigError as e:
             raise ConfigError(f"{meta_path}: retriever: {e}") from None
-        config = config_for(cls, meta["config"], f"{meta_path}: config")
+        config = cls.parse_config(meta["config"], f"{meta_path}: config")
         r = cls(config)
         r.tools = read_saved_tools(folder / "tools.jsonl")
         for source, count in (("retriever.json", meta.get("tools")),

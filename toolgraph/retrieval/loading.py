@@ -1,5 +1,9 @@
-"""Load anything toolgraph saved as a Retriever: an exported folder, a run folder, a .ckpt — or
-build one from an evaluation config (YAML file or dict: ``retriever`` + ``data`` sections).
+"""The one resolver of retrievers, and ``toolgraph.load``.
+
+``resolve_retriever(spec)`` turns anything that names a retriever into one: a Retriever, a typed config,
+a config dict, a registry name, or a path (saved retriever folder, run folder, ``.ckpt``). ``load(path)``
+is its public face for saved things, and also builds one from an evaluation config (YAML file or dict:
+``retriever`` + ``data`` sections), fitted and indexed on the config's dataset.
 
     retriever = toolgraph.load("runs/bi_encoder_toollens/checkpoints/best-0-475.ckpt")
     retriever.retrieve(["find vegan recipes"], k=5)
@@ -14,83 +18,92 @@ side only then).
 
 from __future__ import annotations
 
-import json
+from dataclasses import is_dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from toolgraph.config import EvaluateConfig, load_config
 from toolgraph.data import prepare_dataset
-from toolgraph.errors import ConfigError, DataError
+from toolgraph.errors import ConfigError, DataError, ToolgraphError
 from toolgraph.files import recover_folder
 from toolgraph.nn.encoder import check_backbones_fit
-from toolgraph.registry import TASKS
-from toolgraph.retrieval.base import Retriever, build_retriever
+from toolgraph.registry import RETRIEVERS, TASKS
+from toolgraph.retrieval.base import Retriever
+from toolgraph.runs import read_checkpoint
+
+__all__ = ["from_config", "load", "load_task", "recover", "resolve_retriever"]
+
+
+def resolve_retriever(spec: Any, where: str = "retriever", base: Path | None = None) -> Retriever:
+    """THE way to get a Retriever from what a user or a config holds: a Retriever (returned as is), a typed
+    retriever config (``config.name`` picks the class), a config dict (``{"name": "bm25", ...}``, checked by
+    that class's schema), a registry name (``"bm25"``), or a path: a saved retriever folder, a run folder or
+    a ``.ckpt`` (relative paths are tried under ``base`` first: a saved pipeline's members). Errors name
+    ``where`` (the config key the spec came from)."""
+    if isinstance(spec, Retriever):
+        return spec
+    if is_dataclass(spec) and not isinstance(spec, type):
+        return RETRIEVERS.get(spec.name)(spec)
+    if isinstance(spec, (str, Path)):
+        path = base / spec if base is not None and (base / spec).exists() else Path(spec)
+        if path.exists():
+            return load(path)
+        if str(spec) not in RETRIEVERS:
+            raise ConfigError(f"{where}: {str(spec)!r} is neither a saved retriever, a checkpoint, a run folder "
+                              f"nor a retriever name ({', '.join(RETRIEVERS.names())})")
+        spec = {"name": str(spec)}
+    if isinstance(spec, dict) or hasattr(spec, "keys"):
+        spec = dict(spec)
+        name = spec.get("name")
+        if name not in RETRIEVERS:
+            raise ConfigError(f"{where}.name: {name!r} is not a retriever ({', '.join(RETRIEVERS.names())})")
+        cls = RETRIEVERS.get(name)
+        return cls(cls.parse_config(spec, where))
+    raise ConfigError(f"{where}: expected a path, a retriever name or a retriever config, got {type(spec).__name__}")
 
 
 def load_task(path: str | Path) -> Any:
-    """Rebuild the LightningModule of a toolgraph checkpoint from the file alone."""
-    path = Path(path)
-    if not path.is_file():
-        raise DataError("checkpoint not found", path)
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # noqa: BLE001 - report any refusal of the safe unpickler clearly
-        raise DataError(f"cannot load as a weights-only checkpoint ({type(e).__name__}: {str(e)[:200]}); "
-                        "refusing to unpickle arbitrary objects", path) from None
-    meta = ckpt.get("toolgraph") if isinstance(ckpt, dict) else None
-    if not isinstance(meta, dict) or "hyper_parameters" not in ckpt:
-        raise DataError("not a toolgraph checkpoint (no 'toolgraph' section)", path)
-    hparams = ckpt["hyper_parameters"]
-    if not isinstance(meta.get("task"), str) or "artifacts" not in meta or not isinstance(hparams, dict) \
-            or "config" not in hparams or not isinstance(ckpt.get("state_dict"), dict):
-        raise DataError("incomplete toolgraph checkpoint (needs toolgraph.task, toolgraph.artifacts, "
-                        "hyper_parameters.config and state_dict); it was cut short or not written by toolgraph",
-                        path)
-    try:
-        check_backbones_fit(meta["artifacts"], ckpt["state_dict"])  # before any model is allocated
-        task = TASKS.get(meta["task"])(hparams["config"], artifacts=meta["artifacts"])
-    except DataError as e:
-        raise DataError(str(e), path) from None
-    try:
-        task.load_state_dict(ckpt["state_dict"])
-    except RuntimeError as e:  # missing / unexpected keys, other shapes
-        raise DataError(f"the weights do not fit the {meta['task']} model its config describes "
-                        f"({str(e)[:300]}); the checkpoint is damaged or was edited", path) from None
-    return task.eval()
+    """Rebuild the LightningModule of a toolgraph checkpoint from the file alone (``Task.from_checkpoint``)."""
+    def rebuild() -> Any:
+        ckpt = read_checkpoint(path)
+        try:
+            check_backbones_fit(ckpt.artifacts, ckpt.state_dict)  # before any model is allocated
+            return TASKS.get(ckpt.task).from_checkpoint(ckpt).eval()
+        except DataError as e:
+            if e.path == str(ckpt.path):  # already names the file
+                raise
+            raise DataError(str(e), ckpt.path) from None
 
-
-def resolve_checkpoint(path: str | Path, where: str = "checkpoint") -> Path:
-    """A .ckpt, or a run folder: its best checkpoint (results.json), else checkpoints/last.ckpt."""
-    p = Path(path)
-    if p.is_file():
-        return p
-    results = p / "results.json"
-    if results.is_file():
-        best = json.loads(results.read_text()).get("training", {}).get("best_checkpoint")
-        if best and Path(best).is_file():
-            return Path(best)
-    last = p / "checkpoints" / "last.ckpt"
-    if last.is_file():
-        return last
-    raise ConfigError(f"{where}: {str(path)!r} is neither a .ckpt nor a run folder with a checkpoint")
+    return _named(path, rebuild)
 
 
 def load(path: str | Path | dict) -> Retriever:
     """A Retriever from a ``.ckpt``, an exported retriever folder, a run folder (out_dir), or a config
-    (YAML path or dict) whose retriever is fitted and indexed on its ``data`` section."""
+    (YAML path or dict) whose retriever is fitted and indexed on its ``data`` section. A file that fails
+    to load for any reason is a ToolgraphError naming it, never a bare traceback."""
     if isinstance(path, dict) or (Path(path).suffix in (".yaml", ".yml") and Path(path).is_file()):
         return from_config(path)
     path = Path(path)
     recover(path)  # an index left aside by a crash mid-sync is put back first (a rename; a load never deletes)
     if path.is_file() and path.suffix == ".ckpt":
         return load_task(path).as_retriever()
-    if (path / "retriever.json").is_file():
-        return Retriever.load(path)
-    if (path / "retriever" / "retriever.json").is_file():
-        return Retriever.load(path / "retriever")
+    for folder in (path, path / "retriever"):  # a saved retriever, or a run folder's export
+        if (folder / "retriever.json").is_file():
+            return _named(folder, lambda f=folder: Retriever.load(f))
     raise DataError("not a checkpoint (.ckpt), a saved retriever (retriever.json) or a run folder", path)
+
+
+def _named(path: str | Path, fn: Any) -> Any:
+    """``fn()``; a failure that is not already a toolgraph error becomes a DataError naming ``path`` (a
+    damaged or foreign checkpoint or folder must not end in a traceback)."""
+    try:
+        return fn()
+    except ToolgraphError:
+        raise
+    except (OSError, KeyError, IndexError, TypeError, ValueError, AttributeError, RuntimeError, EOFError) as e:
+        raise DataError(f"cannot be loaded ({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}); "
+                        "is it a toolgraph checkpoint, run folder or saved retriever, complete and from this "
+                        "version? Re-export or re-train it", path) from e
 
 
 def from_config(config: str | Path | dict) -> Retriever:
@@ -99,7 +112,7 @@ def from_config(config: str | Path | dict) -> Retriever:
     if cfg.retriever is None:
         raise ConfigError(f"{config if not isinstance(config, dict) else 'config'}: no 'retriever' section")
     ds = prepare_dataset(cfg.data)
-    retriever = build_retriever(cfg.retriever)
+    retriever = resolve_retriever(cfg.retriever)
     retriever.fit(ds)
     retriever.index(ds.tools)
     return retriever

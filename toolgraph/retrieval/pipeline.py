@@ -14,50 +14,34 @@
       weights: [1.0, 0.3]                         # learned: model_file: fusion.json (a fitted FusionModel)
 
 A pipeline saves as one folder (``first_stage/``, ``reranker/``) and loads with ``toolgraph.load``.
+
+Both are ``ComposedRetriever``s. A tuner (toolgraph/tuning.py) trying several settings of the same
+members calls ``reconfigure(config)`` (the new combination: a fusion weight, the depth; members whose spec
+is unchanged are kept) and ``remember(True)``: then each member is fitted and indexed once, and its output
+for a batch of queries (a first-stage ranking, reranker scores, a member's scores) is computed once and
+reused by every setting, so a grid of fusion weights costs one re-sort per weight, not a re-score.
 """
 
 from __future__ import annotations
 
 from abc import abstractmethod
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from toolgraph.config import bounded
-from toolgraph.data.schema import ToolDataset
+from toolgraph.config import bounded, check_values
+from toolgraph.data.schema import Tool, ToolDataset
 from toolgraph.errors import ConfigError
 from toolgraph.registry import RETRIEVERS
-from toolgraph.retrieval.base import Retriever, RetrieverConfig, config_for
+from toolgraph.retrieval.base import Retriever, RetrieverConfig
 from toolgraph.retrieval.fusion_model import FusionModel, normalise
-from toolgraph.retrieval.loading import load
+from toolgraph.retrieval.loading import resolve_retriever
 from toolgraph.retrieval.manifest import mark_writing
 
 BELOW = -1.0e6  # scores of tools ranked after the reranked candidates
-
-
-def resolve_retriever(spec: Any, where: str, base: Path | None = None) -> Retriever:
-    """A Retriever from a path (saved retriever, run folder, .ckpt), a registry name, or a config dict."""
-    if isinstance(spec, Retriever):
-        return spec
-    if isinstance(spec, str):
-        path = base / spec if base is not None and (base / spec).exists() else Path(spec)
-        if path.exists():
-            return load(path)
-        if spec in RETRIEVERS:
-            spec = {"name": spec}
-        else:
-            raise ConfigError(f"{where}: {spec!r} is neither a saved retriever, a checkpoint, a run folder "
-                              f"nor a retriever name ({', '.join(RETRIEVERS.names())})")
-    if isinstance(spec, dict) or hasattr(spec, "keys"):
-        spec = dict(spec)
-        name = spec.get("name")
-        if name not in RETRIEVERS:
-            raise ConfigError(f"{where}.name: {name!r} is not a retriever ({', '.join(RETRIEVERS.names())})")
-        cls = RETRIEVERS.get(name)
-        return cls(config_for(cls, spec, where))
-    raise ConfigError(f"{where}: expected a path or a retriever config, got {type(spec).__name__}")
 
 
 def _save_with(r: Retriever, folder: Path, **members: Any) -> Path:
@@ -68,6 +52,114 @@ def _save_with(r: Retriever, folder: Path, **members: Any) -> Path:
         return Retriever.save(r, folder)
     finally:
         r.config = spec
+
+
+class MemberMemo:
+    """What the members of a composed retriever computed while a tuner tries several settings of them:
+    the dataset each was fitted on, the tools each was indexed on, and each output (``kind`` and key, e.g.
+    a first-stage ranking of one batch of queries). A member fitted or indexed anew loses its outputs."""
+
+    def __init__(self) -> None:
+        self._fitted: dict[int, tuple[Retriever, ToolDataset]] = {}  # id(member) -> (member, dataset)
+        self._indexed: dict[int, tuple[Retriever, list[Tool]]] = {}
+        self._outputs: dict[tuple, tuple[Retriever, Any]] = {}  # (id(member), kind, key) -> (member, value)
+
+    def fit(self, member: Retriever, dataset: ToolDataset) -> None:
+        got = self._fitted.get(id(member))
+        if got is not None and got[1] is dataset:
+            return
+        self.forget(member)
+        member.fit(dataset)
+        self._fitted[id(member)] = (member, dataset)
+
+    def index(self, member: Retriever, tools: list[Tool]) -> None:
+        got = self._indexed.get(id(member))
+        if got is not None and got[1] == tools:  # the same tool records (ids and texts)
+            return
+        self._outputs = {k: v for k, v in self._outputs.items() if k[0] != id(member)}
+        member.index(tools)
+        self._indexed[id(member)] = (member, list(tools))
+
+    def output(self, member: Retriever, kind: str, key: Any, compute: Callable[[], Any]) -> Any:
+        k = (id(member), kind, key)
+        if k not in self._outputs:
+            self._outputs[k] = (member, compute())
+        return self._outputs[k][1]
+
+    def forget(self, member: Retriever) -> None:
+        """Everything known of ``member``: it is fitted, indexed and asked again."""
+        self._fitted.pop(id(member), None)
+        self._indexed.pop(id(member), None)
+        self._outputs = {k: v for k, v in self._outputs.items() if k[0] != id(member)}
+
+
+class ComposedRetriever(Retriever):
+    """A retriever made of member retrievers (``PipelineRetriever``, ``FusionRetriever``)."""
+
+    _memo: MemberMemo | None = None  # on while a tuner tries settings (remember)
+
+    def remember(self, on: bool = True) -> None:
+        """Keep what the members computed (``MemberMemo``) until ``remember(False)``, here and in composed
+        members. For a tuner only: the outputs of every batch of queries are kept in memory."""
+        if not on:
+            self._memo = None
+        elif self._memo is None:
+            self._memo = MemberMemo()
+        for m in self._resolved():
+            if isinstance(m, ComposedRetriever):
+                m.remember(on)
+
+    def reconfigure(self, config: Any) -> bool:
+        """Take ``config`` (this class's config) in place of the current one, keeping each member whose spec
+        it leaves unchanged, and what is remembered of it; a changed member is reconfigured when it is composed
+        itself and its class stays, else resolved again from its new spec on the next ``fit`` / ``index``.
+        False (nothing changed): ``config`` is another class's. Then ``fit`` and ``index`` again (``evaluate``
+        does); with ``remember`` on, only the members that changed do work."""
+        if type(config) is not type(self.config):
+            return False
+        config = check_values(config, "retriever.")
+        self._reconfigure(config)
+        return True
+
+    def _reconfigure(self, config: Any) -> None:
+        raise NotImplementedError
+
+    def _resolved(self) -> list[Retriever]:
+        """The members built so far (none resolved here)."""
+        return []
+
+    def _keep_member(self, member: Retriever | None, spec: Any, where: str) -> bool:
+        """Whether ``member`` can serve ``spec`` (its new spec): reconfigured in place when both are composed
+        of the same class. Its remembered outputs go either way."""
+        if member is None:
+            return False
+        if self._memo is not None:
+            self._memo.forget(member)
+        if (isinstance(member, ComposedRetriever) and isinstance(spec, Mapping)
+                and spec.get("name") == member.name):
+            return member.reconfigure(type(member).parse_config(dict(spec), where))
+        return False
+
+    def _adopt(self, member: Retriever) -> Retriever:
+        """A newly resolved member: it remembers too while this retriever does."""
+        if self._memo is not None and isinstance(member, ComposedRetriever):
+            member.remember(True)
+        return member
+
+    def _fit_member(self, member: Retriever, dataset: ToolDataset) -> None:
+        if self._memo is None:
+            member.fit(dataset)
+        else:
+            self._memo.fit(member, dataset)
+
+    def _index_member(self, member: Retriever) -> None:
+        if self._memo is None:
+            member.index(self.tools)
+        else:
+            self._memo.index(member, self.tools)
+
+    def _output(self, member: Retriever, kind: str, key: Any, compute: Callable[[], Any]) -> Any:
+        return compute() if self._memo is None else self._memo.output(member, kind, key, compute)
 
 
 class Reranker(Retriever):
@@ -92,7 +184,7 @@ class PipelineConfig(RetrieverConfig):
 
 
 @RETRIEVERS.register("pipeline")
-class PipelineRetriever(Retriever):
+class PipelineRetriever(ComposedRetriever):
     Config = PipelineConfig
     name = "pipeline"
 
@@ -108,7 +200,8 @@ class PipelineRetriever(Retriever):
         if self.first_stage is None:
             if self.config.first_stage is None:
                 raise ConfigError("retriever.first_stage is required for a pipeline")
-            self.first_stage = resolve_retriever(self.config.first_stage, "retriever.first_stage", self._base)
+            self.first_stage = self._adopt(resolve_retriever(self.config.first_stage, "retriever.first_stage",
+                                                             self._base))
         if self.reranker is None:
             if self.config.reranker is None:
                 raise ConfigError("retriever.reranker is required for a pipeline")
@@ -116,25 +209,37 @@ class PipelineRetriever(Retriever):
             r = r.reranker if isinstance(r, PipelineRetriever) else r
             if not isinstance(r, Reranker):
                 raise ConfigError(f"retriever.reranker: a {type(r).__name__} cannot rerank candidates")
-            self.reranker = r
+            self.reranker = self._adopt(r)
         return self.first_stage, self.reranker
+
+    def _resolved(self) -> list[Retriever]:
+        return [m for m in (self.first_stage, self.reranker) if m is not None]
+
+    def _reconfigure(self, config: PipelineConfig) -> None:
+        for key in ("first_stage", "reranker"):
+            spec = getattr(config, key)
+            if spec != getattr(self.config, key) and not self._keep_member(getattr(self, key), spec, f"retriever.{key}"):
+                setattr(self, key, None)  # resolved from the new spec when next needed
+        self.config = config
 
     def fit(self, dataset: ToolDataset) -> None:
         first, rerank = self._members()
-        first.fit(dataset)
-        rerank.fit(dataset)
+        self._fit_member(first, dataset)
+        self._fit_member(rerank, dataset)
 
     def _build(self) -> None:
         first, rerank = self._members()
-        first.index(self.tools)
-        rerank.index(self.tools)
+        self._index_member(first)
+        self._index_member(rerank)
 
     def _search(self, queries: list[str], k: int) -> tuple[torch.Tensor, torch.Tensor]:
         first, rerank = self._members()
-        depth = self.config.depth
-        ranking = first.retrieve(queries, max(k, depth), batch_size=len(queries))
+        depth, kk = self.config.depth, max(k, self.config.depth)
+        ranking = self._output(first, "retrieve", (tuple(queries), kk),
+                               lambda: first.retrieve(queries, kk, batch_size=len(queries)))
         cands = [ids[:depth] for ids in ranking.ids]
-        scores = rerank.rerank(queries, cands)  # [Q, depth]
+        scores = self._output(rerank, "rerank", (tuple(queries), tuple(map(tuple, cands))),
+                              lambda: rerank.rerank(queries, cands))  # [Q, depth]
         w = self.config.first_stage_weight
         pos = {t.id: i for i, t in enumerate(self.tools)}
         out_idx, out_val = [], []
@@ -186,7 +291,7 @@ class FusionConfig(RetrieverConfig):
 
 
 @RETRIEVERS.register("fusion")
-class FusionRetriever(Retriever):
+class FusionRetriever(ComposedRetriever):
     """Fusion of several retrievers over one catalog: reciprocal rank fusion of their rankings
     (``method: rrf``), a weighted sum of their per-query normalised scores (``method: score``, e.g.
     a dense + BM25 hybrid), or a fusion model fitted on other catalogs (``method: learned``,
@@ -197,10 +302,16 @@ class FusionRetriever(Retriever):
 
     def __init__(self, config: FusionConfig | None = None, members: list[Retriever] | None = None):
         super().__init__(config)
-        c = self.config
-        self.members = members
+        self.members: list[Retriever | None] | None = list(members) if members is not None else None
         self._base: Path | None = None
-        n = len(members) if members is not None else len(c.members)
+        self._norms, self.fusion_model = self._checked(self.config, self._count(self.config))
+
+    def _count(self, c: FusionConfig) -> int:
+        return len(self.members) if self.members is not None else len(c.members)
+
+    def _checked(self, c: FusionConfig, n: int) -> tuple[list[str], FusionModel | None]:
+        """``c`` checked against ``n`` members: the normaliser of each member, and the fusion model of
+        ``method: learned`` (None until a saved folder's own file is read in ``_load_state``)."""
         if n < 2:
             raise ConfigError(f"retriever.members: fusion needs at least 2 retrievers, got {n}")
         if c.weights is not None and len(c.weights) != n:
@@ -211,35 +322,58 @@ class FusionRetriever(Retriever):
         if len(norms) != n or any(x not in NORMALISERS for x in norms):
             raise ConfigError(f"retriever.normalize: {c.normalize!r} is not one of {', '.join(NORMALISERS)} "
                               f"(one name, or one per member: {n})")
-        self._norms = norms
-        self.fusion_model: FusionModel | None = None
         if c.method == "learned" and c.weights is not None:
             raise ConfigError("retriever.weights: method 'learned' takes its weights from retriever.model_file; "
                               "leave weights unset")
         if c.method == "learned" and not c.model_file:
             raise ConfigError("retriever.model_file: method 'learned' needs a fitted fusion model (a JSON file)")
         if c.method == "learned" and Path(c.model_file).is_file():  # else: a saved folder's own file (_load_state)
-            self._load_fusion_model(Path(c.model_file), n)
+            return norms, self._read_fusion_model(Path(c.model_file), n)
+        if c.method == "learned" and c.model_file == self.config.model_file:
+            return norms, getattr(self, "fusion_model", None)
+        return norms, None
+
+    @staticmethod
+    def _read_fusion_model(path: Path, n: int) -> FusionModel:
+        model = FusionModel.load(path)
+        if model.members != n:
+            raise ConfigError(f"retriever.model_file: {path} was fitted on {model.members} "
+                              f"members, retriever.members has {n}")
+        return model
 
     def _load_fusion_model(self, path: Path, n: int) -> None:
-        self.fusion_model = FusionModel.load(path)
-        if self.fusion_model.members != n:
-            raise ConfigError(f"retriever.model_file: {path} was fitted on {self.fusion_model.members} "
-                              f"members, retriever.members has {n}")
+        self.fusion_model = self._read_fusion_model(path, n)
 
     def _members(self) -> list[Retriever]:
         if self.members is None:
-            self.members = [resolve_retriever(s, f"retriever.members[{i}]", self._base)
-                            for i, s in enumerate(self.config.members)]
+            self.members = [None] * len(self.config.members)
+        for i, m in enumerate(self.members):
+            if m is None:
+                self.members[i] = self._adopt(resolve_retriever(self.config.members[i], f"retriever.members[{i}]",
+                                                                self._base))
         return self.members
+
+    def _resolved(self) -> list[Retriever]:
+        return [m for m in self.members or [] if m is not None]
+
+    def _reconfigure(self, config: FusionConfig) -> None:
+        old = self.config.members
+        if config.members != old and self.members is not None and len(config.members) != len(self.members):
+            self.members = None  # another number of members: every one resolved from its new spec
+        norms, model = self._checked(config, self._count(config))  # raises before anything changed
+        if config.members != old and self.members is not None:
+            for i, spec in enumerate(config.members):
+                if spec != old[i] and not self._keep_member(self.members[i], spec, f"retriever.members[{i}]"):
+                    self.members[i] = None
+        self.config, self._norms, self.fusion_model = config, norms, model
 
     def fit(self, dataset: ToolDataset) -> None:
         for m in self._members():
-            m.fit(dataset)
+            self._fit_member(m, dataset)
 
     def _build(self) -> None:
         for m in self._members():
-            m.index(self.tools)
+            self._index_member(m)
 
     def score(self, queries: list[str]) -> torch.Tensor:
         members = self._members()
@@ -249,7 +383,7 @@ class FusionRetriever(Retriever):
         if self.config.method in ("score", "learned"):
             scores = []
             for m in members:
-                s = m.score(queries).float()
+                s = self._output(m, "score", tuple(queries), lambda m=m: m.score(queries).float())
                 if [t.id for t in m.tools] != [t.id for t in self.tools]:  # a member that orders its catalog its own way
                     order = torch.tensor([pos[t.id] for t in m.tools])
                     s = torch.zeros_like(out).index_copy_(1, order, s)
@@ -263,7 +397,8 @@ class FusionRetriever(Retriever):
             return out  # [Q, N]
         depth = min(self.config.depth, len(self.tools))
         for m, w in zip(members, weights, strict=True):
-            ranking = m.retrieve(queries, depth, batch_size=len(queries))
+            ranking = self._output(m, "retrieve", (tuple(queries), depth),
+                                   lambda m=m: m.retrieve(queries, depth, batch_size=len(queries)))
             for row, ids in enumerate(ranking.ids):
                 for rank, t in enumerate(ids, start=1):
                     out[row, pos[t]] += w / (self.config.rrf_k + rank)

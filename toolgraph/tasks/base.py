@@ -28,16 +28,17 @@ import numpy as np
 import torch
 
 from toolgraph.cards import write_cards
-from toolgraph.config import OptimConfig, TaskConfig, TrainConfig, config_from_dict
+from toolgraph.config import OptimConfig, TaskConfig, TrainConfig, from_dict, to_saved
 from toolgraph.data import prepare_dataset
-from toolgraph.errors import ConfigError, ToolgraphError
-from toolgraph.evaluation import evaluate, read_results, replace_folder, write_report
+from toolgraph.errors import ConfigError, DataError, ToolgraphError
+from toolgraph.evaluation import evaluate, write_report
 from toolgraph.metrics import RetrievalMetrics
 from toolgraph.nn.encoder import TextEncoder
 from toolgraph.nn.export import export_sentence_transformer
 from toolgraph.nn.frozen import PackedStates, cached_states
 from toolgraph.retrieval.base import Retriever
 from toolgraph.retrieval.topk import topk
+from toolgraph.runs import Checkpoint, read_results, replace_folder
 
 __all__ = ["NonFiniteLossError", "OptimConfig", "RetrievalTask", "Task", "TaskConfig", "lr_lambda"]
 
@@ -66,16 +67,33 @@ class Task(L.LightningModule):
 
     Config: type = TaskConfig
 
-    def __init__(self, config: dict[str, Any], artifacts: dict[str, Any] | None = None):
-        """``config``: the whole resolved TrainConfig as a plain dict (saved in checkpoints).
+    def __init__(self, cfg: TrainConfig, artifacts: dict[str, Any] | None = None):
+        """``cfg``: the run's typed config, the one object ``load_config`` made (``training.train`` passes
+        it as is); it is saved in checkpoints as plain data (``hyper_parameters.config``).
         ``artifacts``: what a checkpoint stores to rebuild the model without downloads."""
         super().__init__()
-        self.save_hyperparameters({"config": config})
-        self.cfg: TrainConfig = config_from_dict(config)
-        self.model_cfg = self.cfg.model
+        if not isinstance(cfg, TrainConfig):
+            raise TypeError(f"{type(self).__name__} takes the run's TrainConfig (load_config(TrainConfig, ...)), got "
+                            f"{type(cfg).__name__}; a saved config (a dict) is read by Task.from_checkpoint")
+        self.save_hyperparameters({"config": to_saved(cfg)})  # saved form: a literal ${ stays one
+        self.cfg = cfg
+        self.model_cfg = cfg.model
         self.build_metrics()
         self.build(artifacts)
         self.train()  # from_pretrained returns eval-mode modules; Lightning keeps submodule modes as found
+
+    @classmethod
+    def from_checkpoint(cls, ckpt: Checkpoint) -> Task:
+        """The task a checkpoint (``runs.read_checkpoint``) describes, with its weights: the one place a saved
+        config (plain data) becomes a typed config again."""
+        cfg = from_dict(TrainConfig, ckpt.config, f"{ckpt.path}: hyper_parameters.config")
+        task = cls(cfg, artifacts=ckpt.artifacts)
+        try:
+            task.load_state_dict(ckpt.state_dict)
+        except RuntimeError as e:  # missing / unexpected keys, other shapes
+            raise DataError(f"the weights do not fit the {ckpt.task} model its config describes ({str(e)[:300]}); "
+                            "the checkpoint is damaged or was edited", ckpt.path) from None
+        return task
 
     def build_metrics(self) -> None:
         pass
@@ -91,11 +109,11 @@ class Task(L.LightningModule):
         """Names ``checkpoint.monitor`` may take."""
 
     @abstractmethod
-    def datamodule_for(self, cfg: Any) -> L.LightningDataModule:
-        """The datamodule this task trains on, from the resolved TrainConfig."""
+    def datamodule_for(self) -> L.LightningDataModule:
+        """The datamodule this task trains on (from ``self.cfg``)."""
 
     @abstractmethod
-    def finish(self, out: Path, dm: L.LightningDataModule, cfg: Any,
+    def finish(self, out: Path, dm: L.LightningDataModule,
                extra: Callable[[], dict[str, Any]] | None = None) -> dict[str, Any]:
         """After fit and test, on rank 0 with the best weights loaded: export, write results (results.json
         last, with ``extra()``'s entries, e.g. the training summary); returns the headline metrics."""
@@ -203,7 +221,8 @@ class RetrievalTask(Task):
     def monitorable(cls, cfg: Any) -> list[str]:
         return [f"val/{m}@{k}" for m in cfg.eval.metrics for k in cfg.eval.ks] + ["val/mrr"]
 
-    def datamodule_for(self, cfg: Any) -> L.LightningDataModule:
+    def datamodule_for(self) -> L.LightningDataModule:
+        cfg = self.cfg
         ds = prepare_dataset(cfg.data)
         dm = self.make_datamodule(ds, cfg.data, cfg.seed)
         if not dm.train_queries:
@@ -212,11 +231,11 @@ class RetrievalTask(Task):
             raise ConfigError(f"data.val_split: {ds.name!r} has no {cfg.data.val_split!r} queries")
         return dm
 
-    def finish(self, out: Path, dm: L.LightningDataModule, cfg: Any,
+    def finish(self, out: Path, dm: L.LightningDataModule,
                extra: Callable[[], dict[str, Any]] | None = None) -> dict[str, Any]:
         retriever = self.export_retriever(out / "retriever", dm.tools)
-        report = evaluate(retriever, dm.ds, cfg.data.test_split, cfg.eval)
-        write_report(report, out, cfg, dm.ds, extra)
+        report = evaluate(retriever, dm.ds, self.cfg.data.test_split, self.cfg.eval)
+        write_report(report, out, self.cfg, dm.ds, extra)
         write_cards(out / "retriever", read_results(out / "results.json"))  # the numbers as written
         return report.metrics
 

@@ -261,7 +261,7 @@ class BiEncoderTask(RetrievalTask):
             self.doc_encoder.train(was)
         self._bank_step = self.global_step
 
-    def finish(self, out: Path, dm: Any, cfg: Any, extra: Callable[[], dict[str, Any]] | None = None) -> dict[str, Any]:
+    def finish(self, out: Path, dm: Any, extra: Callable[[], dict[str, Any]] | None = None) -> dict[str, Any]:
         """``wise: alpha``: the weights exported (and tested) are ``alpha * trained + (1 - alpha) *
         model.encoder``'s (WiSE-FT, Wortsman et al., CVPR'22): closer to the pretrained encoder, so
         better on catalogs unlike the training data (benchmarks/general.py chooses alpha on val).
@@ -270,7 +270,7 @@ class BiEncoderTask(RetrievalTask):
         if alpha is not None and alpha != 1:
             for enc in {id(e): e for e in (self.query_encoder, self.doc_encoder)}.values():
                 interpolate_weights(enc.backbone, self.model_cfg.encoder, alpha)
-        return super().finish(out, dm, cfg, extra)
+        return super().finish(out, dm, extra)
 
     # ---- retrieval ----------------------------------------------------------------------------
     def prepare_scoring(self) -> None:

@@ -30,13 +30,13 @@ from torchmetrics.classification import MulticlassConfusionMatrix
 from toolgraph.config import TaskConfig, bounded
 from toolgraph.data.tdi import LABEL_INDEX, LABELS, TDIConfig, build_tdi, read_tdi
 from toolgraph.errors import ConfigError
-from toolgraph.evaluation import write_results
 from toolgraph.nn.calibration import edge_threshold, fit_temperature, reliability
 from toolgraph.nn.encoder import backbone_artifacts, load_or_restore
 from toolgraph.nn.losses import category_averaged_ce
 from toolgraph.nn.rerankers import PairScorer
 from toolgraph.registry import TASKS
-from toolgraph.retrieval.loading import load_task, resolve_checkpoint
+from toolgraph.retrieval.loading import load_task
+from toolgraph.runs import resolve_checkpoint, write_results
 from toolgraph.tasks.base import Task
 
 DEPENDENCY_CLASSES = ("a_needs_b", "b_needs_a")
@@ -120,9 +120,10 @@ class DiscriminatorTask(Task):
     def monitorable(cls, cfg: Any) -> list[str]:
         return ["val/macro_f1", "val/macro_f1_all", "val/accuracy", "val/nll"] + [f"val/f1_{n}" for n in LABELS]
 
-    def datamodule_for(self, cfg: Any):
+    def datamodule_for(self):
         from toolgraph.data.pairs import PairDataModule
 
+        cfg = self.cfg
         tdi = load_tdi(cfg.data.name, cfg.data.options, cfg.data.root)
         dm = PairDataModule(tdi, self.model_cfg.stage, cfg.data, self.tokenizer, self.model_cfg.max_pair_length,
                             cfg.seed)
@@ -251,11 +252,11 @@ class DiscriminatorTask(Task):
     def checkpoint_artifacts(self) -> dict[str, Any]:
         return {"encoder": backbone_artifacts(self.network.backbone, self.tokenizer)}
 
-    def finish(self, out: Path, dm: Any, cfg: Any, extra: Any = None) -> dict[str, Any]:
+    def finish(self, out: Path, dm: Any, extra: Any = None) -> dict[str, Any]:
         """results.json: the test report (per-class P/R/F1, confusion matrix) and the pair counts."""
         results = {"task": "discriminator", "stage": self.model_cfg.stage, "loss": self.loss_name(),
                    "class_count": self.model_cfg.class_count, "test": self.test_report,
-                   "pairs": dm.tdi.counts(), "config": cfg.data.name}
+                   "pairs": dm.tdi.counts(), "config": self.cfg.data.name}
         write_results(out, {**results, **(extra() if extra is not None else {})})
         return {k: v for k, v in self.test_report.items() if isinstance(v, float)}
 

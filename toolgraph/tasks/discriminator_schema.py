@@ -86,7 +86,8 @@ class SchemaDiscriminatorTask(DiscriminatorTask):
             inputs["vectors"] = pair_vectors(views, pairs)
         return inputs
 
-    def datamodule_for(self, cfg: Any) -> FeaturePairDataModule:
+    def datamodule_for(self) -> FeaturePairDataModule:
+        cfg = self.cfg
         tdi = load_tdi(cfg.data.name, cfg.data.options, cfg.data.root)
         missing = sorted({t for ps in tdi.pairs.values() for p in ps for t in (p.tool_a, p.tool_b)} - set(tdi.fields))
         if missing:

@@ -171,6 +171,6 @@ class GraphTask(RetrievalTask):
         r.index(self.graph.tools if tools is None else tools)
         return r
 
-    def finish(self, out: Path, dm: L.LightningDataModule, cfg: Any, extra: Any = None) -> dict[str, Any]:
+    def finish(self, out: Path, dm: L.LightningDataModule, extra: Any = None) -> dict[str, Any]:
         save_graph_stats(self.graph, out)
-        return super().finish(out, dm, cfg, extra)  # results.json last
+        return super().finish(out, dm, extra)  # results.json last

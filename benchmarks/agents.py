@@ -80,7 +80,7 @@ def _evaluate(name: str, ds, dense, mode: str, merge: str = "max", **config):
 
 def cmd_quality(args: argparse.Namespace) -> None:
     from toolgraph.data import load_dataset
-    from toolgraph.retrieval.pipeline import resolve_retriever
+    from toolgraph.retrieval.loading import resolve_retriever
 
     dense = resolve_retriever(dense_spec(args.finetuned), "dense")
     encoder = "all-MiniLM-L6-v2" if args.finetuned is None else args.encoder_name
@@ -109,7 +109,7 @@ def cmd_quality(args: argparse.Namespace) -> None:
 def cmd_tune(args: argparse.Namespace) -> None:
     """Agent/tool type weights of weighted RRF on StableToolBench G1 (direct), by agent nDCG@5."""
     from toolgraph.data import load_dataset
-    from toolgraph.retrieval.pipeline import resolve_retriever
+    from toolgraph.retrieval.loading import resolve_retriever
 
     dense = resolve_retriever(dense_spec(None), "dense")
     ds = load_dataset(*SETS["stabletoolbench-g1"][:1], **SETS["stabletoolbench-g1"][1])
@@ -129,7 +129,7 @@ def cmd_mcp_layout(args: argparse.Namespace) -> None:
     import tempfile
 
     from toolgraph.data import load_dataset
-    from toolgraph.retrieval.pipeline import resolve_retriever
+    from toolgraph.retrieval.loading import resolve_retriever
     from toolgraph.retrieval.steps import sentences
 
     adapter, options = SETS[args.set]

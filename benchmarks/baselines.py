@@ -25,8 +25,7 @@ from results_io import DOCS, RESULTS, quality_table, upsert, write_block  # noqa
 
 from toolgraph.config import EvaluateConfig, load_config  # noqa: E402
 from toolgraph.data import prepare_dataset  # noqa: E402
-from toolgraph.evaluation import evaluate  # noqa: E402
-from toolgraph.retrieval import build_retriever  # noqa: E402
+from toolgraph.evaluation import run  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 METHOD = {"bm25": "bm25", "minilm": "dense"}
@@ -60,7 +59,7 @@ def main() -> None:
                 continue
             t0 = time.perf_counter()
             ds = prepare_dataset(cfg.data)
-            report = evaluate(build_retriever(cfg.retriever), ds, cfg.data.split, cfg.eval)
+            report = run(cfg, ds=ds)
             seconds = time.perf_counter() - t0
             rel = path.relative_to(ROOT)
             row = {"method": METHOD[prefix], "dataset": cfg.data.name, "split": cfg.data.split,

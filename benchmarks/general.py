@@ -101,11 +101,11 @@ def zero_shot(encoder: Path, dataset: str, wise: float | None = None, split: str
     from toolgraph.config import EvaluateConfig, load_config
     from toolgraph.data import prepare_dataset
     from toolgraph.evaluation import evaluate
-    from toolgraph.retrieval.base import build_retriever
+    from toolgraph.retrieval.loading import resolve_retriever
 
     cfg = load_config(EvaluateConfig, [ROOT / "configs" / "eval" / f"minilm_{dataset}.yaml"],
                       [f"retriever.model={encoder}", "retriever.cache_dir=null", f"data.split={split}"])
-    retriever = build_retriever(cfg.retriever)
+    retriever = resolve_retriever(cfg.retriever)
     if wise is not None:
         from toolgraph.nn.encoder import interpolate_weights
 

@@ -52,16 +52,16 @@ def members(dataset: str, encoder: Path | None, wise: float | None):
     dataset and the eval settings of its MiniLM preset."""
     from toolgraph.config import EvaluateConfig, load_config
     from toolgraph.data import prepare_dataset
-    from toolgraph.retrieval.base import build_retriever
+    from toolgraph.retrieval.loading import resolve_retriever
 
     overrides = [f"retriever.model={encoder}", "retriever.cache_dir=null"] if encoder else []
     cfg = load_config(EvaluateConfig, [ROOT / "configs" / "eval" / f"minilm_{dataset}.yaml"], overrides)
-    dense = build_retriever(cfg.retriever)
+    dense = resolve_retriever(cfg.retriever)
     if encoder is not None and wise is not None and wise != 1:
         from toolgraph.nn.encoder import interpolate_weights
 
         interpolate_weights(dense.encoder.backbone, "all-MiniLM-L6-v2", wise)
-    bm25 = build_retriever(load_config(EvaluateConfig, [ROOT / "configs" / "eval" / f"bm25_{dataset}.yaml"]).retriever)
+    bm25 = resolve_retriever(load_config(EvaluateConfig, [ROOT / "configs" / "eval" / f"bm25_{dataset}.yaml"]).retriever)
     return dense, bm25, prepare_dataset(cfg.data), cfg.eval
 
 

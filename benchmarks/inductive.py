@@ -99,15 +99,15 @@ def cmd_gnn(args: argparse.Namespace) -> None:
 def _evaluate_losemb(dataset: str, setting: str, overrides: list[str]) -> tuple[dict, object, float]:
     from toolgraph.config import EvaluateConfig, load_config
     from toolgraph.data import prepare_dataset
-    from toolgraph.evaluation import evaluate
-    from toolgraph.retrieval import build_retriever
+    from toolgraph.evaluation import run
+    from toolgraph.retrieval.loading import resolve_retriever
 
     cfg = load_config(EvaluateConfig, [ROOT / f"configs/eval/losemb_{dataset}.yaml"],
                       [f"data.setting={setting}", *overrides])
     ds = prepare_dataset(cfg.data)
-    r = build_retriever(cfg.retriever)
+    r = resolve_retriever(cfg.retriever)
     t0 = time.perf_counter()
-    report = evaluate(r, ds, "test", cfg.eval)
+    report = run(cfg, r, ds)
     return report.metrics, r, time.perf_counter() - t0
 
 
@@ -147,9 +147,7 @@ def cmd_losemb(args: argparse.Namespace) -> None:
 def cmd_zeroshot(args: argparse.Namespace) -> None:
     """"EmbSim" in its literal sense: frozen all-MiniLM-L6-v2 cosine, nothing trained (method minilm)."""
     from toolgraph.config import EvaluateConfig, load_config
-    from toolgraph.data import prepare_dataset
-    from toolgraph.evaluation import evaluate
-    from toolgraph.retrieval import build_retriever
+    from toolgraph.evaluation import run
 
     options = ["data.options.dependency_splits=[train]"] if args.dataset == "ultratool" else []
     for setting in args.settings:
@@ -157,7 +155,7 @@ def cmd_zeroshot(args: argparse.Namespace) -> None:
                 f"data.name={args.dataset}", f"data.setting={setting}", "eval.ks=[3,7]", "eval.metrics=[recall,precision]",
                 *options]
         cfg = load_config(EvaluateConfig, [], over)
-        m = headline(evaluate(build_retriever(cfg.retriever), prepare_dataset(cfg.data), "test", cfg.eval).metrics)
+        m = headline(run(cfg).metrics)
         upsert(NAME, [row("minilm", args.dataset, setting, m, "python evaluate.py " + " ".join(over))])
         print("minilm", setting, m, flush=True)
     render(page=args.page)
@@ -173,8 +171,7 @@ def cmd_tune(args: argparse.Namespace) -> None:
     from toolgraph.data import prepare_dataset
     from toolgraph.data.schema import ToolDataset
     from toolgraph.data.splits import inductive
-    from toolgraph.evaluation import evaluate
-    from toolgraph.retrieval import build_retriever
+    from toolgraph.evaluation import run
 
     base = load_config(EvaluateConfig, [ROOT / f"configs/eval/losemb_{args.dataset}.yaml"], ["data.setting=standard"])
     ds = prepare_dataset(base.data)
@@ -185,7 +182,7 @@ def cmd_tune(args: argparse.Namespace) -> None:
         for variant in args.variants:
             over = variant.split()
             cfg = load_config(EvaluateConfig, [ROOT / f"configs/eval/losemb_{args.dataset}.yaml"], over)
-            m = headline(evaluate(build_retriever(cfg.retriever), nested, "test", cfg.eval).metrics)
+            m = headline(run(cfg, ds=nested).metrics)  # cfg.data.split: test (the nested split's val)
             setting = f"nested-val-{round(100 * ratio)} {variant}".strip()
             command = (f"python benchmarks/inductive.py tune --dataset {args.dataset} --ratios {ratio} "
                        f"--variants '{variant}'")
@@ -199,13 +196,13 @@ def cmd_timing(args: argparse.Namespace) -> None:
     so their documents are really encoded); checked to rank like indexing everything at once."""
     from toolgraph.config import EvaluateConfig, load_config
     from toolgraph.data import prepare_dataset
-    from toolgraph.retrieval import build_retriever
+    from toolgraph.retrieval.loading import resolve_retriever
 
     setting = "inductive-30"
     cfg = load_config(EvaluateConfig, [ROOT / f"configs/eval/losemb_{args.dataset}.yaml"], [f"data.setting={setting}"])
     ds = prepare_dataset(cfg.data)
     unseen = set(ds.notes["unseen_tools"])
-    r = build_retriever(cfg.retriever)
+    r = resolve_retriever(cfg.retriever)
     r.fit(ds)
     r.index([t for t in ds.tools if t.id not in unseen])
     test = [q.text for q in ds.split("test")]
@@ -217,7 +214,7 @@ def cmd_timing(args: argparse.Namespace) -> None:
     r.add_tools(new)
     add_s = time.perf_counter() - t0
     ranked = r.retrieve(test[:200], 10).ids
-    full = build_retriever(cfg.retriever)
+    full = resolve_retriever(cfg.retriever)
     full.fit(ds)
     full.index(ds.tools)
     same = ranked == full.retrieve(test[:200], 10).ids

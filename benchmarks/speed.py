@@ -33,8 +33,7 @@ from results_io import DOCS, RESULTS, machine, upsert, write_block  # noqa: E402
 
 from toolgraph.config import EvaluateConfig, load_config  # noqa: E402
 from toolgraph.data import prepare_dataset  # noqa: E402
-from toolgraph.evaluation import evaluate  # noqa: E402
-from toolgraph.retrieval import build_retriever  # noqa: E402
+from toolgraph.evaluation import run  # noqa: E402
 from toolgraph.retrieval.topk import topk  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,10 +56,7 @@ def timed(fn: Callable[[], object], repeats: int, warmup: int = 1) -> list[float
 def bm25_end_to_end() -> dict:
     cfg = load_config(EvaluateConfig, [ROOT / "configs/eval/bm25_toollens.yaml"])
 
-    def run():
-        evaluate(build_retriever(cfg.retriever), prepare_dataset(cfg.data), "test", cfg.eval)
-
-    times = timed(run, repeats=7)
+    times = timed(lambda: run(cfg), repeats=7)
     return {"method": "bm25", "dataset": "toollens", "split": "test", "setting": "speed:e2e-eval",
             "metrics": {"seconds_median": round(statistics.median(times), 3), "runs": len(times)},
             "note": "load dataset + index 464 tools + retrieve 1,877 queries (depth 100) + metrics"}
@@ -72,14 +68,14 @@ def dense_cache() -> dict:
                       [f"retriever.cache_dir={cache}", "retriever.progress=false"])
     ds = prepare_dataset(cfg.data)
 
-    def run():
-        evaluate(build_retriever(cfg.retriever), ds, "test", cfg.eval)
+    def evaluate_once():
+        run(cfg, ds=ds)
 
     cold = []
     for _ in range(2):
         shutil.rmtree(cache, ignore_errors=True)
-        cold += timed(run, repeats=1, warmup=0)
-    warm = timed(run, repeats=5, warmup=0)
+        cold += timed(evaluate_once, repeats=1, warmup=0)
+    warm = timed(evaluate_once, repeats=5, warmup=0)
     shutil.rmtree(cache, ignore_errors=True)
     c, w = statistics.median(cold), statistics.median(warm)
     return {"method": "dense", "dataset": "toollens", "split": "test", "setting": "speed:embedding-cache",

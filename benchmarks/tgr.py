@@ -103,7 +103,7 @@ def retest(checkpoint: str) -> dict:
     from toolgraph.retrieval.loading import load_task
 
     task = load_task(checkpoint)
-    dm = task.datamodule_for(task.cfg)
+    dm = task.datamodule_for()
     L.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False).test(task, datamodule=dm)
     return task.test_report
 

@@ -28,7 +28,7 @@ import lightning as L  # noqa: E402
 import torch  # noqa: E402
 from results_io import DOCS, RESULTS, machine, upsert, write_block  # noqa: E402
 
-from toolgraph.config import load_config, to_dict  # noqa: E402
+from toolgraph.config import load_config  # noqa: E402
 from toolgraph.data import prepare_dataset  # noqa: E402
 from toolgraph.nn.losses import false_negative_mask, info_nce  # noqa: E402
 from toolgraph.tasks.base import lr_lambda  # noqa: E402
@@ -49,7 +49,7 @@ class StepTimer(L.Callback):
 
 def lightning_run(cfg: TrainConfig, steps: int) -> list[float]:
     L.seed_everything(0)
-    task = BiEncoderTask(to_dict(cfg))
+    task = BiEncoderTask(cfg)
     dm = task.make_datamodule(prepare_dataset(cfg.data), cfg.data, cfg.seed)
     timer = StepTimer()
     trainer = L.Trainer(accelerator="cpu", devices=1, max_steps=steps, logger=False, enable_checkpointing=False,
@@ -62,7 +62,7 @@ def lightning_run(cfg: TrainConfig, steps: int) -> list[float]:
 
 def plain_run(cfg: TrainConfig, steps: int) -> list[float]:
     L.seed_everything(0)
-    task = BiEncoderTask(to_dict(cfg))  # only for the identical encoder and datamodule
+    task = BiEncoderTask(cfg)  # only for the identical encoder and datamodule
     dm = task.make_datamodule(prepare_dataset(cfg.data), cfg.data, cfg.seed)
     enc, temp = task.query_encoder.train(), cfg.model.temperature
     groups = task.param_groups()

@@ -216,7 +216,8 @@ def tune_weight(args: argparse.Namespace) -> None:
     ds = prepare_dataset(cfg.data)
     r = toolgraph.load(args.run)
     if args.first_stage:  # another first stage; several: the sum of their raw scores (e.g. MLC seeds' logits)
-        from toolgraph.retrieval.pipeline import FusionConfig, FusionRetriever, resolve_retriever
+        from toolgraph.retrieval.loading import resolve_retriever
+        from toolgraph.retrieval.pipeline import FusionConfig, FusionRetriever
 
         members = [str(m) for m in args.first_stage]
         r.first_stage = (resolve_retriever(members[0], "--first-stage") if len(members) == 1 else

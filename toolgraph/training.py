@@ -404,8 +404,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     summary["best_checkpoint"] = best
     if cfg.export and trainer.is_global_zero:
         if best:  # export the best weights, not the last
-            state = torch.load(best, map_location="cpu", weights_only=True)["state_dict"]
-            task.load_state_dict(state)
+            task.load_state_dict(read_checkpoint(best).state_dict)
         # export, rankings, curves, then results.json (last) with this run's summary in it
         summary["metrics"] = task.cpu().finish(
             out, dm, lambda: {"training": {**summary, "seconds": time.perf_counter() - start}})

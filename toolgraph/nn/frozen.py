@@ -5,17 +5,25 @@ Tool catalogs are small and training texts are fixed, so the output of a frozen 
 it in fp16 (``PackedStates``, only real tokens, no padding) and train only the layers above
 (``run_layers``). Works with BERT-style backbones (``embeddings`` + ``encoder.layer``: BERT, MiniLM,
 RoBERTa, ELECTRA, ...); DeBERTa's relative-position encoder is refused with a clear message.
+
+A task declares it as one component: its ``Config`` extends ``FrozenBottomConfig`` (``freeze_layers``,
+``states_dir``) and it holds a ``FrozenBottom`` (freezes its backbones, makes its datamodule serve
+indices instead of tokens, builds and serves the cached states).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
 
+from toolgraph.config import bounded
 from toolgraph.errors import ConfigError, DataError
 from toolgraph.files import atomic_path
 
@@ -232,3 +240,72 @@ def cached_states(backbone: nn.Module, tokenizer, texts: Sequence[str], k: int, 
         return PackedStates.build(backbone, tokenizer, texts, k, max_length, batch_size, device)
     rows = [row[key] for key in wanted]
     return store if rows == list(range(len(store))) else store.select(rows)
+
+
+@dataclass
+class FrozenBottomConfig:
+    """The frozen bottom's keys of a task's ``model:`` section (a task's ``Config`` extends it)."""
+
+    freeze_layers: int = bounded(0, ge=0)  # embeddings + the first K layers frozen, their outputs cached
+    states_dir: str | None = ".cache/toolgraph"  # cached activations (freeze_layers > 0); None = in memory only
+
+
+class FrozenBottom:
+    """The frozen bottom of a task (``model.freeze_layers: K``, ``model.states_dir``); K = 0: off, and
+    every method a no-op.
+
+    * built with the task's backbones: their embeddings and first K layers stop training
+      (``freeze_bottom``, which refuses a depth the backbone lacks or a backbone that is not BERT-style);
+    * ``serve(dm, name=(backbone, texts, max_length), ...)`` from ``make_datamodule``: the datamodule's
+      training batches carry text indices instead of tokens, and these are the texts (per side: queries,
+      tools) whose states ``build`` computes;
+    * ``build(tokenizer, batch_size, device, log)`` from ``on_train_start`` (inside the time
+      ``trainer.max_time`` counts): each side's states, read from or added to ``states_dir``
+      (``cached_states``), kept in fp16 on the CPU;
+    * ``encode(name, encoder, index, device)`` -> [B, H] (the layers above and the pooling), or
+      ``batch(name, index, device)`` -> (hidden [B, L, H], mask [B, L]) for a network that runs the layers
+      above itself.
+
+    Nothing here is saved: the states are rebuilt from the data at the start of every fit."""
+
+    def __init__(self, cfg: FrozenBottomConfig, *backbones: nn.Module):
+        self.k, self.states_dir = cfg.freeze_layers, cfg.states_dir
+        for backbone in {id(b): b for b in backbones}.values():  # a shared backbone once
+            freeze_bottom(backbone, self.k)
+        self.sides: dict[str, tuple[nn.Module, Sequence[str], int]] = {}
+        self.states: dict[str, PackedStates] = {}
+
+    def __bool__(self) -> bool:
+        return self.k > 0
+
+    def serve(self, dm: Any, **sides: tuple[nn.Module, Sequence[str], int]) -> None:
+        dm.tokenize_train = not self.k  # cached states replace tokens
+        self.sides, self.states = dict(sides), {}
+
+    def build(self, tokenizer: Any, batch_size: int, device: torch.device | str,
+              log: Callable[[str], None] | None = None) -> None:
+        self.states = {}
+        if not self.k or not self.sides or not any(texts for _, texts, _ in self.sides.values()):
+            return
+        start = time.perf_counter()
+        for name, (backbone, texts, max_length) in self.sides.items():
+            self.states[name] = cached_states(backbone, tokenizer, texts, self.k, max_length, self.states_dir,
+                                              batch_size, device)
+        if log is not None:
+            counts = " and ".join(f"{len(s)} {name}" for name, s in self.states.items())
+            mb = sum(s.nbytes for s in self.states.values()) / 2**20
+            log(f"frozen bottom (embeddings + {self.k} layers): states of {counts}, {mb:.0f} MiB fp16, "
+                f"{time.perf_counter() - start:.1f} s")
+
+    def _side(self, name: str) -> PackedStates:
+        if name not in self.states:
+            raise RuntimeError(f"frozen bottom: no states of {name!r} (build() runs at the start of training)")
+        return self.states[name]
+
+    def encode(self, name: str, encoder: nn.Module, index: torch.Tensor | Sequence[int],
+               device: torch.device | str) -> torch.Tensor:
+        return self._side(name).encode(encoder, index, self.k, device)
+
+    def batch(self, name: str, index: torch.Tensor | Sequence[int], device: torch.device | str
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._side(name).batch(index, device)

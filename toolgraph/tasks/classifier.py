@@ -7,7 +7,8 @@ from zero knowledge while the encoder is pretrained. The exported retriever rank
 outside the training catalog cannot be scored (see ``retrieval/classifier.py``).
 
 Fast training (docs/dense.md, "Fast training"): ``freeze_layers: K`` freezes the embeddings and the
-first K layers and caches their outputs for every training query (``nn.frozen``, as the bi-encoder);
+first K layers and caches their outputs for every training query (``nn.frozen.FrozenBottom``, as the
+bi-encoder, under ``states_dir``);
 ``model.encoder`` may be a fine-tuned encoder folder (a bi-encoder run's ``retriever/encoder``): a
 warm start, so the head is learnt over vectors that already separate tools.
 """
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 
@@ -24,7 +25,7 @@ from toolgraph.config import TaskConfig, TextDataConfig, bounded
 from toolgraph.data.schema import Tool, ToolDataset
 from toolgraph.data.text import LabelDataModule
 from toolgraph.nn.encoder import TextEncoder, backbone_artifacts, load_or_restore
-from toolgraph.nn.frozen import PackedStates, check_depth, freeze_bottom
+from toolgraph.nn.frozen import FrozenBottom, FrozenBottomConfig
 from toolgraph.nn.heads import ToolClassifier, multi_hot
 from toolgraph.nn.losses import multilabel_loss
 from toolgraph.registry import TASKS
@@ -33,15 +34,14 @@ from toolgraph.tasks.base import RetrievalTask
 
 
 @dataclass
-class ClassifierConfig(TaskConfig):
+class ClassifierConfig(FrozenBottomConfig, TaskConfig):
+    renamed: ClassVar[dict[str, str]] = {"cache_dir": "states_dir"}  # the activation cache's older name
     name: str = "mlc"
     encoder: str = "all-MiniLM-L6-v2"
     pooling: Literal["mean", "cls"] = "mean"
     loss: Literal["bce", "softmax"] = "bce"  # see module docstring
     head_lr: float | None = bounded(1.0e-3, gt=0)  # null: optim.lr
     dropout: float = bounded(0.1, ge=0, lt=1)
-    freeze_layers: int = bounded(0, ge=0)  # embeddings + the first K layers frozen, their outputs cached
-    cache_dir: str | None = ".cache/toolgraph"  # cached activations (freeze_layers > 0); None = in memory only
 
 
 @TASKS.register("mlc")
@@ -54,11 +54,8 @@ class ClassifierTask(RetrievalTask):
         self.encoder = TextEncoder(backbone, m.pooling, normalize=False)
         self.catalog: list[Tool] = []
         self.model: ToolClassifier | None = None
-        if m.freeze_layers:
-            check_depth(self.encoder.backbone, m.freeze_layers)
-            freeze_bottom(self.encoder.backbone, m.freeze_layers)
+        self.frozen = FrozenBottom(m, self.encoder.backbone)
         self._query_texts: list[str] = []  # training queries (frozen bottom: their cached states)
-        self._query_states: PackedStates | None = None
         if artifacts:
             self._set_catalog([Tool(**t) for t in artifacts["tools"]])
 
@@ -69,8 +66,8 @@ class ClassifierTask(RetrievalTask):
 
     def make_datamodule(self, ds: ToolDataset, data_cfg: TextDataConfig, seed: int) -> LabelDataModule:
         dm = LabelDataModule(ds, data_cfg, self.tokenizer, seed=seed)
-        dm.tokenize_train = not self.model_cfg.freeze_layers  # cached states replace tokens
         self._query_texts = [q.text for q in dm.train_queries]
+        self.frozen.serve(dm, queries=(self.encoder.backbone, self._query_texts, self.cfg.data.max_query_length))
         self._set_catalog(dm.tools)
         if self.model_cfg.loss == "bce":  # start every sigmoid at the average label rate, not 0.5:
             # with hundreds of tools, early BCE gradients otherwise go into pushing all logits down
@@ -79,15 +76,16 @@ class ClassifierTask(RetrievalTask):
         return dm
 
     def on_train_start(self) -> None:
-        self._query_states = self.frozen_query_states(self.encoder.backbone, self._query_texts, self.model_cfg.cache_dir)
+        from lightning.pytorch.utilities.rank_zero import rank_zero_info
+
+        self.frozen.build(self.tokenizer, self.cfg.data.eval_batch_size, self.device, rank_zero_info)
 
     def encoder_parameters(self) -> list[torch.nn.Parameter]:
         return list(self.encoder.parameters())
 
     def compute_loss(self, batch: dict[str, Any]) -> torch.Tensor:
-        k = self.model_cfg.freeze_layers
-        if k:  # the top layers over cached states, then the same dropout and head as ToolClassifier.forward
-            pooled = self._query_states.encode(self.encoder, batch["index"], k, self.device)  # [B, H]
+        if self.frozen:  # the top layers over cached states, then the same dropout and head as ToolClassifier.forward
+            pooled = self.frozen.encode("queries", self.encoder, batch["index"], self.device)  # [B, H]
             logits = self.model.head(self.model.dropout(pooled))
         else:
             logits = self.model(**batch["query"])  # [B, T]
@@ -98,7 +96,7 @@ class ClassifierTask(RetrievalTask):
 
     def checkpoint_artifacts(self) -> dict[str, Any]:
         return {"query": backbone_artifacts(self.encoder.backbone, self.tokenizer),
-                "tools": [{k: v for k, v in vars(t).items() if v is not None} for t in self.catalog]}
+                "tools": [t.to_dict() for t in self.catalog]}
 
     def as_retriever(self, tools: list[Tool] | None = None) -> Any:
         m, d = self.model_cfg, self.cfg.data

@@ -8,7 +8,7 @@ small random config.
 
 Fast training (docs/usage-and-rerank.md): ``freeze_layers: K`` freezes the embeddings and the first K
 layers, which read the query alone (the candidate slots join at layer K, ``ToolRefiner.slot_layer``),
-and caches their outputs for every training query (``nn.frozen``), so an epoch runs only the layers
+and caches their outputs for every training query (``nn.frozen.FrozenBottom``), so an epoch runs only the layers
 where query and candidates meet. ``model.encoder`` and ``vector_encoder`` may be a fine-tuned encoder
 folder (a fast bi-encoder run's ``retriever/encoder``): a warm start, and tool vectors that already
 separate tools. ``learn_tool_vectors: true`` trains an offset per catalog tool on top of its vector
@@ -24,12 +24,11 @@ from typing import Any, Literal
 
 import torch
 
-from toolgraph.config import bounded
 from toolgraph.data import prepare_dataset
 from toolgraph.data.rerank import RerankDataModule
 from toolgraph.data.schema import ToolDataset
 from toolgraph.nn.encoder import backbone_artifacts, load_or_restore
-from toolgraph.nn.frozen import PackedStates, check_depth, freeze_bottom
+from toolgraph.nn.frozen import FrozenBottom, FrozenBottomConfig
 from toolgraph.nn.rerankers import ToolRefiner
 from toolgraph.registry import TASKS
 from toolgraph.retrieval.base import Retriever
@@ -39,12 +38,11 @@ from toolgraph.tasks.rerank import RerankConfig, RerankTask, first_stage_spec
 
 
 @dataclass
-class RefinerConfig(RerankConfig):
+class RefinerConfig(FrozenBottomConfig, RerankConfig):
     name: str = "refiner"
     vectors: Literal["tool2vec", "description"] = "tool2vec"  # tool2vec: mean of training-query vectors
     vector_encoder: str = "all-MiniLM-L6-v2"  # encodes the tool vectors (frozen)
-    freeze_layers: int = bounded(0, ge=0)  # embeddings + first K layers frozen and cached; slots join at layer K
-    states_dir: str | None = ".cache/toolgraph"  # cached activations (freeze_layers > 0); None = in memory only
+    # freeze_layers (FrozenBottomConfig): the candidate slots join the query at layer K
     learn_tool_vectors: bool = False  # a trainable offset per catalog tool added to its (fixed) vector
 
 
@@ -57,11 +55,8 @@ class RefinerTask(RerankTask):
         self.backbone, self.tokenizer = load_or_restore(m.encoder, artifacts and artifacts["query"])
         self.network: ToolRefiner | None = None
         self.vectors: Retriever | None = None
-        if m.freeze_layers:
-            check_depth(self.backbone, m.freeze_layers)
-            freeze_bottom(self.backbone, m.freeze_layers)
+        self.frozen = FrozenBottom(m, self.backbone)
         self._query_texts: list[str] = []  # training queries (frozen bottom: their cached states)
-        self._query_states: PackedStates | None = None
         if artifacts:
             self._make_network(artifacts["vector_dim"], len(self.catalog))
 
@@ -77,8 +72,8 @@ class RefinerTask(RerankTask):
                 "tool_text": m.tool_text, "cache_dir": m.cache_dir}
 
     def prepare_tools(self, ds: ToolDataset, dm: RerankDataModule) -> None:
-        dm.tokenize_train = not self.model_cfg.freeze_layers  # cached states replace tokens
         self._query_texts = [q.text for q in dm.train_queries]
+        self.frozen.serve(dm, queries=(self.backbone, self._query_texts, self.cfg.data.max_query_length))
         spec = self._vector_spec()
         same = spec == first_stage_spec(self.model_cfg)
         self.vectors = self.first_stage if same else resolve_retriever(spec, "model.vectors")
@@ -93,13 +88,15 @@ class RefinerTask(RerankTask):
         self.tool_vectors = table.to(self.tool_vectors.device)
 
     def on_train_start(self) -> None:
-        self._query_states = self.frozen_query_states(self.backbone, self._query_texts, self.model_cfg.states_dir)
+        from lightning.pytorch.utilities.rank_zero import rank_zero_info
+
+        self.frozen.build(self.tokenizer, self.cfg.data.eval_batch_size, self.device, rank_zero_info)
 
     def rerank_logits(self, batch: dict[str, Any], cands: torch.Tensor) -> torch.Tensor:
         mask = cands >= 0
         vecs = self.network.tool_inputs(self.tool_vectors[cands.clamp(min=0)], cands)  # [B, N, D]
         if "query" not in batch:  # a training batch over cached states (freeze_layers > 0)
-            states, qmask = self._query_states.batch(batch["index"], self.device)
+            states, qmask = self.frozen.batch("queries", batch["index"], self.device)
             return self.network.forward_states(states, qmask, vecs, mask)  # [B, N]
         q = batch["query"]
         return self.network(q["input_ids"], q["attention_mask"], vecs, mask)  # [B, N]
@@ -109,7 +106,7 @@ class RefinerTask(RerankTask):
 
     def checkpoint_artifacts(self) -> dict[str, Any]:
         return {"query": backbone_artifacts(self.backbone, self.tokenizer), "vector_dim": int(self.tool_vectors.shape[1]),
-                "tools": [{k: v for k, v in vars(t).items() if v is not None} for t in self.catalog]}
+                "tools": [t.to_dict() for t in self.catalog]}
 
     def as_reranker(self) -> Any:
         if self.vectors is None:  # from a checkpoint: refit the vector source on the run's training data

@@ -159,7 +159,7 @@ class Retriever(ABC):
         mark_writing(folder)  # an interrupted save is refused on load, never half-loaded
         with (folder / "tools.jsonl").open("w", encoding="utf-8") as f:
             for t in self.tools:
-                f.write(json.dumps({k: v for k, v in vars(t).items() if v is not None}, ensure_ascii=False) + "\n")
+                f.write(json.dumps(t.to_dict(), ensure_ascii=False) + "\n")
         self._save_state(folder)
         meta = {"retriever": self.name, "config": to_saved(self.config), "tools": len(self.tools)}
         (folder / "retriever.json").write_text(json.dumps(meta, indent=2) + "\n")  # the last two files:

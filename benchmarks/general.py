@@ -247,12 +247,14 @@ def install(run: Path) -> None:
 
 
 def chosen_alpha(rows: list[dict]) -> tuple[str, dict[str, float]]:
-    """The WiSE alpha with the best mean R@5 on the held-out datasets' val splits (never test), and
-    that mean for every alpha tried."""
+    """The WiSE alpha with the best mean R@5 on the held-out datasets' val splits (never test), by the
+    rule of ``toolgraph.tuning.pick`` (a tie: the smallest alpha), and that mean for every alpha tried."""
+    from toolgraph.tuning import pick
+
     alphas = sorted({a for r in rows for a in r.get("val_recall@5", {})}, key=float)
     means = {a: sum(r["val_recall@5"][a] for r in rows if a in r.get("val_recall@5", {}))
              / max(1, sum(a in r.get("val_recall@5", {}) for r in rows)) for a in alphas}
-    return (max(means, key=means.get) if means else "1.0"), means
+    return (alphas[pick([{"recall@5": means[a]} for a in alphas], "recall@5")] if means else "1.0"), means
 
 
 def at_alpha(row: dict, alpha: str) -> dict:

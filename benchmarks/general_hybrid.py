@@ -49,7 +49,7 @@ JOBS = {SETTINGS["full-finetune-lr6e-5"]: "benchmarks/device/general_fullft_lr6e
 
 def members(dataset: str, encoder: Path | None, wise: float | None):
     """The dataset's dense retriever (MiniLM, or ``encoder`` at WiSE ``wise``) and its BM25, with the
-    dataset and the eval settings of its MiniLM preset."""
+    dataset and the evaluation config of its MiniLM preset."""
     from toolgraph.config import EvaluateConfig, load_config
     from toolgraph.data import prepare_dataset
     from toolgraph.retrieval.loading import resolve_retriever
@@ -62,24 +62,32 @@ def members(dataset: str, encoder: Path | None, wise: float | None):
 
         interpolate_weights(dense.encoder.backbone, "all-MiniLM-L6-v2", wise)
     bm25 = resolve_retriever(load_config(EvaluateConfig, [ROOT / "configs" / "eval" / f"bm25_{dataset}.yaml"]).retriever)
-    return dense, bm25, prepare_dataset(cfg.data), cfg.eval
+    return dense, bm25, prepare_dataset(cfg.data), cfg
 
 
 def grid(dataset: str, weights: list[float], encoder: Path | None = None, wise: float | None = None) -> dict:
-    """Test metrics and val R@5 of ``dense + w * bm25`` for every w (w = 0: the dense member alone)."""
+    """Test metrics and val R@5 of ``dense + w * bm25`` for every w (w = 0: the dense member alone), by
+    ``toolgraph.tuning.evaluate_grid`` over the fusion's weights (each member scores each split once)."""
+    from dataclasses import replace
+
     from toolgraph.evaluation import evaluate
     from toolgraph.retrieval.pipeline import FusionConfig, FusionRetriever
+    from toolgraph.tuning import evaluate_grid
 
-    dense, bm25, ds, eval_cfg = members(dataset, encoder, wise)
+    dense, bm25, ds, cfg = members(dataset, encoder, wise)
+    fused = FusionRetriever(FusionConfig(method="score", weights=[1.0, weights[0]], normalize="minmax"),
+                            members=[dense, bm25])
+    points = {"retriever.weights": [[1.0, w] for w in weights]}
     out: dict = {"test": {}, "val_recall@5": {}}
-    for w in [0.0, *weights]:
-        r = dense if w == 0 else FusionRetriever(FusionConfig(method="score", weights=[1.0, w], normalize="minmax"),
-                                                 members=[dense, bm25])
-        report = evaluate(r, ds, "test", eval_cfg)
-        out["test"][str(w)] = {k: round(report.metrics[k], 4) for k in KEEP}
-        out["queries"] = len(report.query_ids)
-        if ds.split("val"):
-            out["val_recall@5"][str(w)] = round(evaluate(r, ds, "val", eval_cfg).metrics["recall@5"], 4)
+    for split in ("test", "val") if ds.split("val") else ("test",):
+        table = [evaluate(dense, ds, split, cfg.eval).metrics] + [
+            p.metrics for p in evaluate_grid(replace(cfg, retriever=fused.config), points, split, retriever=fused, ds=ds)]
+        for w, m in zip([0.0, *weights], table, strict=True):
+            if split == "test":
+                out["test"][str(w)] = {k: round(m[k], 4) for k in KEEP}
+            else:
+                out["val_recall@5"][str(w)] = round(m["recall@5"], 4)
+    out["queries"] = len(ds.split("test"))
     return out
 
 
@@ -125,7 +133,8 @@ def learned(args: argparse.Namespace) -> None:
         keys = [k for k in examples if k[0] != held]
         model = FusionModel.fit([examples[k] for k in keys], candidates=args.candidates, names=[f"{d}/{s}" for d, s in keys])
         path = model.save(folder / f"{held}.json")
-        dense, bm25, ds, eval_cfg = members(held, None, None)
+        dense, bm25, ds, cfg = members(held, None, None)
+        eval_cfg = cfg.eval
         fused = FusionRetriever(FusionConfig(method="learned", model_file=str(path)), members=[dense, bm25])
         report = evaluate(fused, ds, "test", eval_cfg)
         val = {"learned": round(evaluate(fused, ds, "val", eval_cfg).metrics["recall@5"], 4)} if ds.split("val") else {}
@@ -143,11 +152,14 @@ def learned(args: argparse.Namespace) -> None:
 
 
 def chosen_weight(rows: list[dict]) -> tuple[str, dict[str, float]]:
-    """The w with the best mean val R@5 over the datasets with a val split (and each w's mean)."""
+    """The w with the best mean val R@5 over the datasets with a val split, by the rule of
+    ``toolgraph.tuning.pick`` (a tie: the smallest w), and each w's mean."""
+    from toolgraph.tuning import pick
+
     ws = sorted({w for r in rows for w in r["val_recall@5"]}, key=float)
     have = [r for r in rows if r["val_recall@5"]]
     means = {w: sum(r["val_recall@5"][w] for r in have) / max(1, len(have)) for w in ws}
-    return (max(means, key=means.get) if means else "0.0"), means
+    return (ws[pick([{"recall@5": means[w]} for w in ws], "recall@5")] if means else "0.0"), means
 
 
 def run(args: argparse.Namespace) -> None:

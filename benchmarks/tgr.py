@@ -18,6 +18,7 @@ Rows go to benchmarks/results/tgr.json and the tables on docs/dependencies.md (m
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import sys
@@ -244,7 +245,6 @@ def sweep(args: argparse.Namespace) -> None:
     """A W&B grid spec run locally, one training per grid point (no test, no export, no checkpoint
     files): each point's best val metric and its epoch; the best point is the recipe's choice."""
     import csv
-    import itertools
 
     import yaml
 
@@ -292,32 +292,24 @@ def prerequisite_cap(value: str) -> int | None:
 
 
 def tune(args: argparse.Namespace) -> None:
-    """TGR settings chosen on the val split (best Pass@5, then R@5), then the chosen one and its base
-    encoder on test: graph (gold, or a `toolgraph graph build` folder at several thresholds),
-    direction, alpha and layers."""
-    import itertools
+    """TGR settings chosen on the val split by ``toolgraph.tuning.choose_on_val`` (best Pass@5, then R@5,
+    then NDCG@5, then the point listed first), then the chosen one and its base encoder on test: graph
+    (gold, or a `toolgraph graph build` folder at several thresholds), direction, alpha and layers."""
+    from dataclasses import replace
 
-    import toolgraph  # noqa: F401
     from toolgraph.config import EvaluateConfig, load_config, parse_options
-    from toolgraph.data import load_dataset
-    from toolgraph.evaluation import evaluate
-    from toolgraph.nn.encoder import TextEncoder, load_backbone, resolve_model
-    from toolgraph.retrieval.dense import DenseConfig, DenseRetriever
-    from toolgraph.retrieval.tgr import TGRConfig, TGRRetriever
+    from toolgraph.data import prepare_dataset
+    from toolgraph.evaluation import run
+    from toolgraph.tuning import choose_on_val
 
-    base_cfg = load_config(EvaluateConfig, [f"configs/eval/tgr_{args.dataset}.yaml"], [])
-    options = {**(base_cfg.data.options or {}), **parse_options(args.data_option, "--data-option")}
-    ds = load_dataset(args.dataset, **options)
-    backbone, tokenizer = load_backbone(resolve_model(args.encoder))
-    encoder = TextEncoder(backbone)
-    eval_cfg = base_cfg.eval
-    common = {"model": args.encoder, "max_length": 256, "cache_dir": ".cache/embeddings", "progress": False}
-
-    def run(split: str, **tgr) -> dict:
-        r = (TGRRetriever(TGRConfig(**common, **tgr), encoder, tokenizer) if tgr
-             else DenseRetriever(DenseConfig(**common), encoder, tokenizer))
-        return evaluate(r, ds, split, eval_cfg).metrics
-
+    base = load_config(EvaluateConfig, [f"configs/eval/tgr_{args.dataset}.yaml"],
+                       [f"retriever.model={args.encoder}", "retriever.progress=false",
+                        "retriever.cache_dir=.cache/embeddings"])
+    options = {**(base.data.options or {}), **parse_options(args.data_option, "--data-option")}
+    base = replace(base, data=replace(base.data, options=options, split="test"))
+    ds = prepare_dataset(base.data)
+    dense = load_config(EvaluateConfig, [{"retriever": {"name": "dense", "model": args.encoder, "max_length": 256,
+                                                        "progress": False, "cache_dir": ".cache/embeddings"}}]).retriever
     graphs = ([] if args.no_gold else [("gold", None, None)]) + [
         (str(g), t, k) for g in args.graph for t in args.thresholds for k in args.max_prerequisites]
     if not graphs:
@@ -332,23 +324,23 @@ def tune(args: argparse.Namespace) -> None:
             settings["threshold"] = thr
         if k is not None:
             settings["max_prerequisites"] = k
-        m = run("val", **settings)
-        grid.append((m["pass@5"], m["recall@5"], m["ndcg@5"], settings))
-        print("val", settings, {k: round(m[k], 4) for k in ("pass@5", "recall@5")}, flush=True)
-    base_val = run("val")
-    best = max(grid, key=lambda g: g[:3])
-    chosen = best[3]
-    if best[:3] <= (base_val["pass@5"], base_val["recall@5"], base_val["ndcg@5"]):
+        grid.append({f"retriever.{key}": v for key, v in settings.items()})
+    tuned = choose_on_val(base, grid, ["pass@5", "recall@5", "ndcg@5"], ds=ds, log=print)
+    chosen = {key.removeprefix("retriever."): v for key, v in tuned.winner.items()}
+    best = next(p.metrics for p in tuned.table if p.overrides == tuned.winner)
+    base_val = run(replace(base, retriever=dense, data=replace(base.data, split="val")), ds=ds).metrics
+    if (best["pass@5"], best["recall@5"], best["ndcg@5"]) <= (base_val["pass@5"], base_val["recall@5"], base_val["ndcg@5"]):
         print("no TGR setting beats the base encoder on val; the chosen one is reported anyway")
     rows = []
-    for method, settings in (("dense", {}), ("tgr", chosen)):
-        m = run("test", **settings)
+    for method, settings, m in (("dense", {}, run(replace(base, retriever=dense), ds=ds).metrics),
+                                ("tgr", chosen, tuned.report.metrics)):
         kind = "tgr-m" if settings.get("graph") == "gold" else "tgr-d"
         rows.append({"method": method, "dataset": ds.name, "split": "test",
                      "setting": f"{args.label}:tune-base" if method == "dense" else f"{kind}:val-tuned:{args.label}",
                      "encoder": args.encoder_label or args.encoder, "queries": len(ds.split("test")),
                      "metrics": {k: round(v, 4) for k, v in m.items() if k in RETRIEVAL_METRICS},
-                     "retriever": settings, "val": {"pass@5": round(best[0], 4), "recall@5": round(best[1], 4),
+                     "retriever": settings, "val": {"pass@5": round(best["pass@5"], 4),
+                                                    "recall@5": round(best["recall@5"], 4),
                                                     "base_pass@5": round(base_val["pass@5"], 4)},
                      "grid_size": len(grid), "data_options": options, "val_queries": len(ds.split("val")),
                      "machine": machine(), "command": args.command})

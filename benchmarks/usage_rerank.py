@@ -191,29 +191,30 @@ def latency(args: argparse.Namespace) -> None:
     render(page=args.page)
 
 
-def fused_rankings(first, reranked, depth: int, w: float) -> list[list[str]]:
-    """Each query's first-stage top ``depth`` reordered by reranker + w * first-stage score (ties: the
-    first stage's order), the rest of its ranking below, as ``PipelineRetriever`` does."""
-    out = []
-    for row, ids in enumerate(first.ids):
-        n = min(depth, len(ids))
-        s = [float(reranked[row, i]) + w * float(first.scores[row, i]) for i in range(n)]
-        out.append([ids[i] for i in sorted(range(n), key=lambda i: (-s[i], i))] + ids[n:])
-    return out
+def _tuning_base(run: Path):
+    """The training config of ``run``, its dataset, and the evaluation config of its test split that
+    ``toolgraph.tuning`` searches on its val split (ks 1, 3, 5, 7, 10)."""
+    from toolgraph.config import EvaluateConfig, load_config
+    from toolgraph.data import prepare_dataset
+    from toolgraph.training import TrainConfig
+
+    cfg = load_config(TrainConfig, [run / "config.yaml"])
+    data = {k: getattr(cfg.data, k) for k in ("name", "root", "setting", "seed", "options")}
+    base = load_config(EvaluateConfig, [{"data": {**data, "split": cfg.data.test_split},
+                                         "eval": {"ks": [1, 3, 5, 7, 10]}}], where=str(run / "config.yaml"))
+    return cfg, prepare_dataset(cfg.data), base
 
 
 def tune_weight(args: argparse.Namespace) -> None:
-    """The pipeline a reranker run exported, with ``first_stage_weight`` chosen on the run's val split
-    (best val R@5, then R@3, then the smaller weight), then tested once with that weight."""
-    import toolgraph
-    from toolgraph.config import EvalConfig, load_config
-    from toolgraph.data import prepare_dataset
-    from toolgraph.evaluation import evaluate
-    from toolgraph.metrics import compute
-    from toolgraph.training import TrainConfig
+    """The pipeline a reranker run exported, with ``first_stage_weight`` chosen on the run's val split by
+    ``toolgraph.tuning.choose_on_val`` (best val R@5, then R@3, then the weight listed first: the
+    smallest), then tested once with that weight."""
+    from dataclasses import replace
 
-    cfg = load_config(TrainConfig, [args.run / "config.yaml"])
-    ds = prepare_dataset(cfg.data)
+    import toolgraph
+    from toolgraph.tuning import choose_on_val
+
+    cfg, ds, base = _tuning_base(args.run)
     r = toolgraph.load(args.run)
     if args.first_stage:  # another first stage; several: the sum of their raw scores (e.g. MLC seeds' logits)
         from toolgraph.retrieval.loading import resolve_retriever
@@ -222,34 +223,22 @@ def tune_weight(args: argparse.Namespace) -> None:
         members = [str(m) for m in args.first_stage]
         r.first_stage = (resolve_retriever(members[0], "--first-stage") if len(members) == 1 else
                          FusionRetriever(FusionConfig(members=members, method="score", normalize="none")))
-        r.first_stage.index(r.tools)
-    depth = r.config.depth
-    val = ds.split(cfg.data.val_split)
-    texts = [q.text for q in val]
-    t0 = time.perf_counter()
-    first = r.first_stage.retrieve(texts, 100)
-    reranked = r.reranker.rerank(texts, [ids[:depth] for ids in first.ids])
-    grid = []
-    for w in args.weights:
-        m = compute(fused_rankings(first, reranked, depth, w), [q.tools for q in val], [3, 5, 7])
-        grid.append({"weight": w, **{k: round(float(m[k]), 4) for k in ("recall@3", "recall@5", "recall@7")}})
-        print(f"val w={w:g}: R@3 {grid[-1]['recall@3']:.4f} R@5 {grid[-1]['recall@5']:.4f} R@7 {grid[-1]['recall@7']:.4f}",
-              flush=True)
-    best = max(grid, key=lambda g: (g["recall@5"], g["recall@3"], -g["weight"]))
-    tune_seconds = time.perf_counter() - t0
-    r.config.first_stage_weight = best["weight"]
-    report = evaluate(r, ds, "test", EvalConfig(ks=[1, 3, 5, 7, 10]))
+    tuned = choose_on_val(replace(base, retriever=r.config), {"retriever.first_stage_weight": args.weights},
+                          ["recall@5", "recall@3"], val_split=cfg.data.val_split, retriever=r, ds=ds, log=print)
+    grid = [{"weight": p.overrides["retriever.first_stage_weight"],
+             **{k: round(p.metrics[k], 4) for k in ("recall@3", "recall@5", "recall@7")}} for p in tuned.table]
+    best = next(g for g, p in zip(grid, tuned.table) if p.overrides == tuned.winner)
     if args.save:  # the tuned pipeline as one folder (first stage, reranker, weight): toolgraph.load(args.save)
         r.save(args.save)
     res = json.loads((args.run / "results.json").read_text())
     tr = res.get("training", {})
     row = {"method": args.method, "dataset": cfg.data.name, "split": "test", "setting": args.setting,
            "encoder": Path(str(cfg.model.encoder)).name, "queries": len(ds.split("test")),
-           "metrics": {k: round(v, 4) for k, v in report.metrics.items()},
+           "metrics": {k: round(v, 4) for k, v in tuned.report.metrics.items()},
            "command": f"{args.command}; python benchmarks/usage_rerank.py tune-weight {args.run}"
                       + (" --first-stage " + " ".join(map(str, args.first_stage)) if args.first_stage else "")
                       + ("" if args.weights == WEIGHTS else " --weights " + " ".join(f"{w:g}" for w in args.weights)),
-           "first_stage_weight": best["weight"], "val_grid": grid, "tune_seconds": round(tune_seconds, 1),
+           "first_stage_weight": best["weight"], "val_grid": grid, "tune_seconds": round(tuned.seconds, 1),
            "training_steps": tr.get("global_step"), "seconds": round(tr.get("train_seconds", tr.get("seconds", 0))),
            "train_seconds": tr.get("train_seconds"),
            "device": tr.get("device"), "machine": machine()}
@@ -264,48 +253,30 @@ def tune_weight(args: argparse.Namespace) -> None:
 
 def tune_knn(args: argparse.Namespace) -> None:
     """A first stage (an MLC run) fused with query neighbours (``query_knn`` over ``--encoder``):
-    first-stage score + w x neighbour votes, ``neighbors`` and w chosen on the run's val split (best val
-    R@5, then R@3, then fewer neighbours and the smaller weight), then tested once; saved as one
-    ``fusion`` retriever folder (``--save``) that a reranker can take as its first stage."""
-    import toolgraph
-    from toolgraph.config import EvalConfig, load_config
-    from toolgraph.data import prepare_dataset
-    from toolgraph.evaluation import evaluate
-    from toolgraph.metrics import compute
-    from toolgraph.retrieval.pipeline import FusionConfig, FusionRetriever
-    from toolgraph.retrieval.query_knn import QueryKNNConfig, QueryKNNRetriever
-    from toolgraph.training import TrainConfig
+    first-stage score + w x neighbour votes (a ``fusion`` retriever, ``method: score``, no normalising),
+    ``neighbors`` and w chosen on the run's val split by ``toolgraph.tuning.choose_on_val`` (best val R@5,
+    then R@3, then the point listed first: fewer neighbours, then the smaller weight), then tested once;
+    saved as one ``fusion`` retriever folder (``--save``) that a reranker can take as its first stage."""
+    from dataclasses import replace
 
-    cfg = load_config(TrainConfig, [args.run / "config.yaml"])
-    ds = prepare_dataset(cfg.data)
+    import toolgraph
+    from toolgraph.config import EvalConfig
+    from toolgraph.evaluation import evaluate
+    from toolgraph.retrieval.pipeline import FusionConfig, FusionRetriever
+    from toolgraph.tuning import choose_on_val
+
+    cfg, ds, base_cfg = _tuning_base(args.run)
     base = toolgraph.load(args.run)
-    base.index(ds.tools)
-    knn = QueryKNNRetriever(QueryKNNConfig(model=str(args.encoder), max_length=cfg.data.max_tool_length,
-                                           query_max_length=cfg.data.eval_max_query_length, progress=False,
-                                           cache_dir=args.cache_dir))
-    t0 = time.perf_counter()
-    knn.fit(ds)
-    knn.index(ds.tools)
-    val = ds.split(cfg.data.val_split)
-    texts, gold = [q.text for q in val], [q.tools for q in val]
-    s_base = base.score(texts)
-    col = {t.id: i for i, t in enumerate(base.tools)}
-    s_base = s_base[:, [col[t.id] for t in knn.tools]]  # base's columns in knn's tool order
-    grid = []
-    for k in args.neighbors:
-        knn.config.neighbors = k
-        s_knn = knn.score(texts)
-        for w in args.weights:
-            top = (s_base + w * s_knn).topk(7, dim=1).indices.tolist()
-            m = compute([[knn.tools[i].id for i in row] for row in top], gold, [3, 5, 7])
-            grid.append({"neighbors": k, "weight": w, **{n: round(float(m[n]), 4) for n in ("recall@3", "recall@5")}})
-            print(f"val k={k} w={w:g}: R@3 {grid[-1]['recall@3']:.4f} R@5 {grid[-1]['recall@5']:.4f}", flush=True)
-    best = max(grid, key=lambda g: (g["recall@5"], g["recall@3"], -g["neighbors"], -g["weight"]))
-    tune_seconds = time.perf_counter() - t0
-    knn.config.neighbors = best["neighbors"]
-    fused = FusionRetriever(FusionConfig(members=[str(args.run), "query_knn"], weights=[1.0, best["weight"]],
-                                         method="score", normalize="none"), members=[base, knn])
-    report = evaluate(fused, ds, "test", EvalConfig(ks=[1, 3, 5, 7, 10]))
+    knn = {"name": "query_knn", "model": str(args.encoder), "max_length": cfg.data.max_tool_length,
+           "query_max_length": cfg.data.eval_max_query_length, "progress": False, "cache_dir": args.cache_dir}
+    fused = FusionRetriever(FusionConfig(members=[str(args.run), knn], weights=[1.0, args.weights[0]],
+                                         method="score", normalize="none"), members=[base, None])
+    grid = {"retriever.members.1.neighbors": args.neighbors, "retriever.weights": [[1.0, w] for w in args.weights]}
+    tuned = choose_on_val(replace(base_cfg, retriever=fused.config), grid, ["recall@5", "recall@3"],
+                          val_split=cfg.data.val_split, retriever=fused, ds=ds, log=print)
+    rows = [{"neighbors": p.overrides["retriever.members.1.neighbors"], "weight": p.overrides["retriever.weights"][1],
+             **{n: round(p.metrics[n], 4) for n in ("recall@3", "recall@5")}} for p in tuned.table]
+    best = next(g for g, p in zip(rows, tuned.table) if p.overrides == tuned.winner)
     if args.save:
         fused.save(args.save)
     alone = evaluate(base, ds, "test", EvalConfig(ks=[3, 5])).metrics
@@ -313,10 +284,10 @@ def tune_knn(args: argparse.Namespace) -> None:
     tr = res.get("training", {})
     row = {"method": args.method, "dataset": cfg.data.name, "split": "test", "setting": args.setting,
            "encoder": Path(str(cfg.model.encoder)).name, "queries": len(ds.split("test")),
-           "metrics": {k: round(v, 4) for k, v in report.metrics.items()},
+           "metrics": {k: round(v, 4) for k, v in tuned.report.metrics.items()},
            "command": f"{args.command}; python benchmarks/usage_rerank.py tune-knn {args.run} --encoder {args.encoder}",
-           "neighbors": best["neighbors"], "knn_weight": best["weight"], "val_grid": grid,
-           "tune_seconds": round(tune_seconds, 1), "training_steps": tr.get("global_step"),
+           "neighbors": best["neighbors"], "knn_weight": best["weight"], "val_grid": rows,
+           "tune_seconds": round(tuned.seconds, 1), "training_steps": tr.get("global_step"),
            "seconds": round(tr.get("train_seconds", tr.get("seconds", 0))), "train_seconds": tr.get("train_seconds"),
            "device": tr.get("device"), "machine": machine()}
     upsert(NAME, [row])

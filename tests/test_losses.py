@@ -8,7 +8,16 @@ import torch
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 
-from toolgraph.nn.losses import false_negative_mask, gather_no_grad, gather_with_grad, info_nce
+from toolgraph.nn.losses import (
+    ContrastiveLoss,
+    FullCatalogNCE,
+    InBatchNCE,
+    false_negative_mask,
+    full_catalog_nce,
+    gather_no_grad,
+    gather_with_grad,
+    info_nce,
+)
 
 
 def test_false_negative_mask_masks_other_gold_tools_but_not_the_positive():
@@ -53,7 +62,11 @@ def _model_and_data():
     return model, x_q, x_d, gold, doc_tools
 
 
-def _loss(model, x_q, x_d, gold, doc_tools, positive, offset=0, gather=False):
+def _loss(model, x_q, x_d, gold, doc_tools, positive, offset=0, gather=False, module=False):
+    if module:  # the loss module a task trains with: it gathers and offsets by rank itself
+        batch = {"gold": gold, "doc_tools": doc_tools, "positive": positive}
+        return InBatchNCE(0.1, gather=gather)(lambda rows: F.normalize(model(x_q[rows]), dim=1),
+                                              lambda rows: F.normalize(model(x_d[rows]), dim=1), batch)
     q = F.normalize(model(x_q), dim=1)
     d = F.normalize(model(x_d), dim=1)
     if gather:
@@ -62,7 +75,7 @@ def _loss(model, x_q, x_d, gold, doc_tools, positive, offset=0, gather=False):
     return info_nce(q, d, positive, 0.1, false_negative_mask(gold, doc_tools, positive))
 
 
-def _worker(rank: int, world: int, port: int, out_path: str) -> None:
+def _worker(rank: int, world: int, port: int, out_path: str, module: bool = False) -> None:
     import torch.distributed as dist
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -71,7 +84,8 @@ def _worker(rank: int, world: int, port: int, out_path: str) -> None:
     model, x_q, x_d, gold, doc_tools = _model_and_data()
     b = 8 // world
     sl = slice(rank * b, (rank + 1) * b)
-    loss = _loss(model, x_q[sl], x_d[sl], gold[sl], doc_tools[sl], torch.arange(b), offset=rank * b, gather=True)
+    loss = _loss(model, x_q[sl], x_d[sl], gold[sl], doc_tools[sl], torch.arange(b), offset=rank * b, gather=True,
+                 module=module)
     loss.backward()
     # what DDP does: average gradients over ranks
     for p in model.parameters():
@@ -95,14 +109,15 @@ def _free_port() -> int:
 
 
 @pytest.mark.distributed
-def test_two_ranks_of_batch_b_equal_one_process_of_batch_2b(tmp_path):
+@pytest.mark.parametrize("module", [False, True], ids=["functions", "InBatchNCE"])
+def test_two_ranks_of_batch_b_equal_one_process_of_batch_2b(tmp_path, module):
     model, x_q, x_d, gold, doc_tools = _model_and_data()
     loss = _loss(model, x_q, x_d, gold, doc_tools, torch.arange(8))
     loss.backward()
     ref_grads = [p.grad.clone() for p in model.parameters()]
 
     out_path = str(tmp_path / "rank0.pt")
-    mp.spawn(_worker, args=(2, _free_port(), out_path), nprocs=2, join=True)
+    mp.spawn(_worker, args=(2, _free_port(), out_path, module), nprocs=2, join=True)
     out = torch.load(out_path, weights_only=True)
     assert out["loss"] == pytest.approx(loss.item(), rel=1e-5)
     for g, r in zip(out["grads"], ref_grads):
@@ -158,3 +173,45 @@ def test_category_averaged_loss_ignores_absent_classes_and_equals_ce_when_balanc
     # with equal counts, sum_k mean_k = K * mean over the batch
     assert category_averaged_ce(logits, balanced).item() == pytest.approx(
         3 * torch.nn.functional.cross_entropy(logits, balanced).item(), rel=1e-6)
+
+
+def test_in_batch_loss_module_is_info_nce_over_the_batch_with_false_negatives_masked():
+    model, x_q, x_d, gold, doc_tools = _model_and_data()
+    want = _loss(model, x_q, x_d, gold, doc_tools, torch.arange(8))
+    got = _loss(model, x_q, x_d, gold, doc_tools, torch.arange(8), module=True)
+    assert torch.allclose(got, want)
+    assert isinstance(InBatchNCE(0.1), ContrastiveLoss) and not list(InBatchNCE(0.1).state_dict())
+
+
+def test_full_catalog_loss_module_scores_the_bank_with_the_batch_tools_re_encoded():
+    """Its documents are the batch's gold tools (catalog rows; a random subset of ``grad_tools``); their
+    fresh vectors replace their bank rows, with gradient, and tools not ``allowed`` or of another
+    dataset (``groups``) are no negatives."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(6, 4)
+    catalog, x_q = torch.randn(10, 6), torch.randn(3, 6)
+    gold = torch.tensor([[0, 4], [1, -1], [4, -1]])
+    batch = {"gold": gold, "doc_tools": torch.tensor([0, 1, 4]), "positive": torch.tensor([0, 1, 2])}
+    loss_fn = FullCatalogNCE(0.1, multi_positive=True)
+    assert loss_fn.stale(0, 5)
+    with torch.no_grad():
+        loss_fn.refresh(model(catalog) * 0.5, step=0)  # a stale bank: not what the model gives now
+    assert not loss_fn.stale(4, 5) and loss_fn.stale(5, 5)
+    loss_fn.allowed = torch.tensor([True] * 9 + [False])
+    loss_fn.groups = torch.tensor([0] * 8 + [1] * 2)
+    assert loss_fn.documents(batch).tolist() == [0, 1, 4]
+    stale = loss_fn.bank.clone()
+    loss = loss_fn(lambda rows: model(x_q[rows]), lambda rows: model(catalog[rows]), batch)
+    tools = stale.clone()
+    tools[[0, 1, 4]] = model(catalog[[0, 1, 4]])
+    allowed = torch.tensor([True] * 8 + [False] * 2)  # tool 9 not allowed, tools 8-9 of another dataset
+    assert torch.allclose(loss, full_catalog_nce(model(x_q), tools, gold, 0.1, None, allowed))
+    assert torch.allclose(loss_fn.bank[[0, 1, 4]], tools[[0, 1, 4]]) and torch.equal(loss_fn.bank[2], stale[2])
+    loss.backward()
+    assert model.weight.grad.abs().sum() > 0
+    one = FullCatalogNCE(0.1, grad_tools=2)  # one positive each (the batch's columns), 2 of the 3 tools
+    torch.manual_seed(1)
+    rows = one.documents(batch)
+    assert len(rows) == 2 and set(rows.tolist()) <= {0, 1, 4}
+    with pytest.raises(RuntimeError, match="no bank"):
+        one(lambda r: model(x_q[r]), lambda r: model(catalog[r]), batch)

@@ -1,4 +1,5 @@
-"""Contrastive losses as functions of tensors (tested without a model).
+"""Contrastive losses: functions of tensors (tested without a model), and the objectives a task
+trains as loss modules (``ContrastiveLoss`` and its variants ``InBatchNCE``, ``FullCatalogNCE``).
 
 In-batch negatives have two classic traps, both handled here:
 * a tool that is gold for query i but sampled as the positive of query j would be a false
@@ -10,9 +11,15 @@ In-batch negatives have two classic traps, both handled here:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from torch import nn
+
+Encode = Callable[[torch.Tensor], torch.Tensor]  # index tensor [n] -> vectors [n, H]
 
 
 def gather_with_grad(x: torch.Tensor) -> torch.Tensor:
@@ -124,3 +131,117 @@ def category_averaged_ce(logits: torch.Tensor, labels: torch.Tensor, weights: to
         counts = class_counts.to(logits.device).float()
         n = counts * labels.shape[0] / counts.sum()  # [K] expected per batch
     return (sums / n.clamp(min=1e-12) * (n > 0)).sum()
+
+
+# ---- the contrastive objectives as loss modules ----------------------------------------------------
+class ContrastiveLoss(nn.Module):
+    """The shared base of the contrastive objectives: a batch's queries scored against documents.
+
+    ``loss(encode_queries, encode_documents, batch)``: ``queries(batch)`` and ``documents(batch)`` say
+    which texts the batch encodes (index tensors, read by the caller's two encoders: each maps an index
+    tensor to vectors [n, H], with gradient), and ``objective(q, d, batch, documents)`` scores the
+    vectors. Variants override ``documents`` and ``objective``; ``nn.gradcache.GradCache`` runs the same
+    three steps chunk by chunk. No parameters or buffers (nothing in a task's state dict)."""
+
+    def __init__(self, temperature: float):
+        super().__init__()
+        self.temperature = temperature
+
+    def queries(self, batch: dict[str, Any]) -> torch.Tensor:
+        """[B] the query rows to encode: every query of the batch."""
+        return torch.arange(batch["gold"].shape[0])
+
+    def documents(self, batch: dict[str, Any]) -> torch.Tensor:
+        """[M] the documents to encode (their meaning is the variant's: batch columns, catalog rows)."""
+        raise NotImplementedError
+
+    def objective(self, q: torch.Tensor, d: torch.Tensor, batch: dict[str, Any], documents: torch.Tensor
+                  ) -> torch.Tensor:
+        """The loss of query vectors ``q`` [B, H] against document vectors ``d`` [M, H] (``documents``')."""
+        raise NotImplementedError
+
+    def forward(self, encode_queries: Encode, encode_documents: Encode, batch: dict[str, Any]) -> torch.Tensor:
+        documents = self.documents(batch)  # first: a variant may draw a random subset
+        q = encode_queries(self.queries(batch))
+        return self.objective(q, encode_documents(documents), batch, documents)
+
+
+def _world() -> int:
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+class InBatchNCE(ContrastiveLoss):
+    """InfoNCE over the batch's documents (``info_nce``). ``batch``: ``doc_tools`` [M] the tool of each
+    document column, ``positive`` [B] each query's column, ``gold`` [B, G] (-1 padded); a column whose
+    tool is gold for a query is no negative of it (``false_negative_mask``). ``gather``: under DDP the
+    documents of every rank, gathered with gradients (``gather_with_grad``), positives offset by rank.
+    ``documents``: the batch's columns 0..M-1."""
+
+    def __init__(self, temperature: float, gather: bool = True):
+        super().__init__(temperature)
+        self.gather = gather
+
+    def documents(self, batch: dict[str, Any]) -> torch.Tensor:
+        return torch.arange(len(batch["doc_tools"]))
+
+    def objective(self, q: torch.Tensor, d: torch.Tensor, batch: dict[str, Any], documents: torch.Tensor
+                  ) -> torch.Tensor:
+        cols, positive = batch["doc_tools"], batch["positive"]
+        if self.gather and _world() > 1:
+            offset = dist.get_rank() * d.shape[0]
+            d = gather_with_grad(d)  # [W*M, H]
+            cols = gather_no_grad(cols)  # [W*M]
+            positive = positive + offset  # this rank's positives sit at its slice
+        mask = false_negative_mask(batch["gold"], cols, positive)  # [B, W*M]
+        return info_nce(q, d, positive, self.temperature, mask)
+
+
+class FullCatalogNCE(ContrastiveLoss):
+    """InfoNCE of each query against the whole catalog (``full_catalog_nce``). The catalog's vectors are
+    ``bank`` [N, H] (no gradient; the owner sets it with ``refresh`` and asks ``stale`` when to), except
+    the batch's own tools, which ``documents`` returns as catalog rows to encode with gradient (at most
+    ``grad_tools``, a random subset; 0 = all) and which replace their bank rows.
+
+    ``multi_positive``: every gold tool of a query is a positive (else the batch's ``positive`` column's
+    tool, ``doc_tools[positive]``). ``allowed`` [N] False = never a negative (tools a split hides from
+    training); ``groups`` [N] the source dataset of each tool: a batch (from one dataset) has only its
+    own dataset's tools as negatives. Neither is saved: the owner sets them from the data."""
+
+    def __init__(self, temperature: float, multi_positive: bool = False, grad_tools: int = 0):
+        super().__init__(temperature)
+        self.multi_positive, self.grad_tools = multi_positive, grad_tools
+        self.bank: torch.Tensor | None = None  # [N, H]
+        self.bank_step = -1
+        self.allowed: torch.Tensor | None = None  # [N] bool
+        self.groups: torch.Tensor | None = None  # [N] long
+
+    def stale(self, step: int, every: int) -> bool:
+        """Whether the bank must be re-encoded at optimizer step ``step`` (none yet, or ``every`` steps old)."""
+        return self.bank is None or step - self.bank_step >= every
+
+    def refresh(self, bank: torch.Tensor, step: int) -> None:
+        self.bank, self.bank_step = bank.float(), step
+
+    def _positive(self, batch: dict[str, Any]) -> torch.Tensor | None:
+        return None if self.multi_positive else batch["doc_tools"][batch["positive"]]  # [B] tool rows
+
+    def documents(self, batch: dict[str, Any]) -> torch.Tensor:
+        gold, positive = batch["gold"], self._positive(batch)
+        own = torch.unique(gold[gold >= 0] if positive is None else positive)  # the batch's tools
+        if self.grad_tools and len(own) > self.grad_tools:  # a random subset; the rest come from the bank
+            own = own[torch.randperm(len(own), device=own.device)[:self.grad_tools]]
+        return own
+
+    def objective(self, q: torch.Tensor, d: torch.Tensor, batch: dict[str, Any], documents: torch.Tensor
+                  ) -> torch.Tensor:
+        if self.bank is None:
+            raise RuntimeError("FullCatalogNCE: no bank; call refresh() with every tool's vector first")
+        gold = batch["gold"]
+        allowed = self.allowed.to(q.device) if self.allowed is not None else None
+        if self.groups is not None:  # a mixture batch comes from one dataset: its catalog only
+            group = self.groups.to(q.device)
+            same = group == group[gold[0, 0]]
+            allowed = same if allowed is None else allowed & same
+        self.bank[documents] = d.detach().float()  # the freshest vectors stay in the bank
+        tools = self.bank.index_copy(0, documents, d.float())  # [N, H]: gradient flows into the batch's rows
+        return full_catalog_nce(q.float(), tools, gold, self.temperature, self._positive(batch), allowed)

@@ -189,7 +189,7 @@ def test_inductive_hidden_tools_are_never_training_negatives(synthetic_dataset_d
     dm = task.datamodule_for()
     hidden = set(dm.ds.notes["unseen_tools"])
     assert hidden
-    assert {t.id for t, ok in zip(dm.tools, task._allowed.tolist()) if not ok} == hidden
+    assert {t.id for t, ok in zip(dm.tools, task.contrastive.allowed.tolist()) if not ok} == hidden
     assert not hidden & {t for q in dm.train_queries for t in q.tools}
 
 
@@ -243,56 +243,11 @@ def test_length_buckets_cut_padding_and_keep_every_query():
     assert all(len({t for _, t, _ in b}) == len(b) for b in plan_b[:40])  # no tool twice in a batch
 
 
-@pytest.mark.parametrize("dropout", [0.0, 0.1])
-def test_grad_cache_gradient_equals_the_full_batch_gradient(tiny_bert_dir, dropout):
-    from toolgraph.nn.gradcache import grad_cache
-
-    tok = AutoTokenizer.from_pretrained(tiny_bert_dir)
-    torch.manual_seed(0)
-    cfg = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                     intermediate_size=64, max_position_embeddings=64, hidden_dropout_prob=dropout,
-                     attention_probs_dropout_prob=dropout)
-    enc = TextEncoder(BertModel(cfg, add_pooling_layer=False)).train()
-    queries = tok(TEXTS + TEXTS[:3], padding=True, return_tensors="pt")  # 8 queries
-    docs = tok(TEXTS[::-1] * 2, padding=True, return_tensors="pt")  # 10 documents
-    gold = torch.tensor([[0], [1], [2], [3], [4], [5], [6], [7]])
-    mask = false_negative_mask(gold, torch.arange(10), torch.arange(8))
-
-    def loss_fn(q, d):
-        return info_nce(q, d, torch.arange(8), 0.1, mask)
-
-    def encode(tokens):
-        return lambda rows: enc(tokens["input_ids"][rows], tokens["attention_mask"][rows])
-
-    q_chunks = [torch.arange(0, 3), torch.arange(3, 6), torch.arange(6, 8)]
-    d_chunks = [torch.arange(0, 4), torch.arange(4, 10)]
-    torch.manual_seed(5)
-    if dropout:  # the reference draws each chunk's dropout masks in the order GradCache's first pass does
-        q = torch.cat([encode(queries)(r) for r in q_chunks])
-        d = torch.cat([encode(docs)(r) for r in d_chunks])
-    else:  # the plain full-batch gradient
-        q, d = encode(queries)(torch.arange(8)), encode(docs)(torch.arange(10))
-    full = loss_fn(q, d)
-    enc.zero_grad()
-    full.backward()
-    want = {n: p.grad.clone() for n, p in enc.named_parameters() if p.grad is not None}
-    enc.zero_grad()
-    torch.manual_seed(5)
-    loss = grad_cache(loss_fn, [(encode(queries), q_chunks), (encode(docs), d_chunks)])
-    assert torch.allclose(loss, full.detach(), atol=1e-6)
-    got = {n: p.grad for n, p in enc.named_parameters() if p.grad is not None}
-    assert set(got) == set(want)
-    for n in want:
-        assert torch.allclose(got[n], want[n], atol=1e-5), n
-
-
 def test_grad_cache_trains_end_to_end(synthetic_dataset_dir, tiny_bert_dir, tmp_path):
+    """GradCache learns (its gradients, accumulation and clipping: tests/test_gradcache.py)."""
     over = tiny_train_overrides(synthetic_dataset_dir, tiny_bert_dir, tmp_path / "run", steps=30)
     summary = train(load_config(TrainConfig, [], over + ["model.grad_cache=5"]))
     assert summary["global_step"] == 30 and summary["metrics"]["recall@5"] > 0.5
-    with pytest.raises(ConfigError, match="trainer.accumulate_grad_batches"):
-        train(load_config(TrainConfig, [], tiny_train_overrides(synthetic_dataset_dir, tiny_bert_dir, tmp_path / "r2")
-                          + ["model.grad_cache=5", "trainer.accumulate_grad_batches=2"]))
 
 
 def test_mlc_with_a_frozen_bottom_scores_as_without_and_trains(synthetic_dataset_dir, tiny_bert_dir, tmp_path):

@@ -1,6 +1,6 @@
 """The frozen bottom as one component (nn.frozen.FrozenBottom + FrozenBottomConfig), declared by the
-MLC and the refiner; its activation cache is ``model.states_dir`` (the MLC's ``model.cache_dir`` of
-older configs and checkpoints loads into it)."""
+bi-encoder, the MLC and the refiner; its activation cache is ``model.states_dir`` in all three (the
+bi-encoder's and MLC's ``model.cache_dir`` of older configs and checkpoints loads into it)."""
 
 import pytest
 import torch
@@ -63,7 +63,7 @@ def test_a_depth_the_backbone_lacks_is_refused(tiny_bert_dir):
         FrozenBottom(FrozenBottomConfig(freeze_layers=2), BertModel.from_pretrained(tiny_bert_dir))
 
 
-@pytest.mark.parametrize("task", ["mlc", "refiner"])
+@pytest.mark.parametrize("task", ["bi_encoder", "tool2vec", "mlc", "refiner"])
 def test_every_task_with_a_frozen_bottom_has_the_same_two_keys(task):
     from toolgraph.registry import TASKS
 
@@ -72,7 +72,7 @@ def test_every_task_with_a_frozen_bottom_has_the_same_two_keys(task):
     assert (cfg.model.freeze_layers, cfg.model.states_dir) == (1, "/tmp/st")
 
 
-@pytest.mark.parametrize("task", ["mlc"])
+@pytest.mark.parametrize("task", ["bi_encoder", "tool2vec", "mlc"])
 def test_the_old_cache_dir_key_loads_as_states_dir(task):
     """Configs and checkpoints written before the rename (``model.cache_dir`` was the activation cache
     of the bi-encoder and the MLC) load to the same setting; setting both names is refused."""
@@ -91,3 +91,13 @@ def test_the_refiners_cache_dir_stays_its_embedding_cache():
     cfg = load_config(TrainConfig, [], ["model.name=refiner", "model.cache_dir=/tmp/emb", "model.states_dir=/tmp/st"])
     assert (cfg.model.cache_dir, cfg.model.states_dir) == ("/tmp/emb", "/tmp/st")
 
+
+def test_tool2vec_refuses_a_frozen_bottom(synthetic_dataset_dir, tiny_bert_dir, tmp_path):
+    """Its query-pair batches carry tokens, never states: training crashed on the first batch before."""
+    from conftest import tiny_train_overrides
+
+    from toolgraph.training import train
+
+    over = tiny_train_overrides(synthetic_dataset_dir, tiny_bert_dir, tmp_path / "run", steps=2)
+    with pytest.raises(ValueError, match="freeze_layers=0"):
+        train(load_config(TrainConfig, [], [*over, "model.name=tool2vec", "model.freeze_layers=1"]))

@@ -150,20 +150,20 @@ def test_full_catalog_negatives_come_from_the_batch_dataset_only(two_copies, tin
     cfg = load_config(TrainConfig, [], _mixture_overrides(two_copies, tiny_bert_dir, tmp_path / "run"))
     task = TASKS.get("bi_encoder")(cfg)
     dm = task.datamodule_for()
-    assert task._tool_group.tolist() == [0] * 24 + [1] * 24
+    assert task.contrastive.groups.tolist() == [0] * 24 + [1] * 24
     task.eval()
     batch = next(iter(dm.train_dataloader()))
-    group = task._tool_group[batch["gold"][0, 0]].item()
-    assert set(task._tool_group[batch["gold"][batch["gold"] >= 0]].tolist()) == {group}
+    group = task.contrastive.groups[batch["gold"][0, 0]].item()
+    assert set(task.contrastive.groups[batch["gold"][batch["gold"] >= 0]].tolist()) == {group}
     loss = task.compute_loss(batch)
     with torch.no_grad():
         lure = task.query_encoder(**batch["query"]).mean(0) * 50  # scores far above every gold tool
-    other = task._tool_group != group
-    task._bank[other] = lure  # would dominate every softmax if the other dataset's tools were negatives
+    other = task.contrastive.groups != group
+    task.contrastive.bank[other] = lure  # would dominate every softmax if the other dataset's tools were negatives
     assert torch.allclose(task.compute_loss(batch), loss)
     gold = set(batch["gold"][batch["gold"] >= 0].tolist())
     own_negative = next(i for i in range(48) if not other[i] and i not in gold)
-    task._bank[own_negative] = lure
+    task.contrastive.bank[own_negative] = lure
     assert task.compute_loss(batch) > loss + 1  # a negative of its own catalog does count
 
 

@@ -93,9 +93,9 @@ class Tool2VecTask(BiEncoderTask):
 
     def build(self, artifacts: dict[str, Any] | None) -> None:
         m = self.model_cfg
-        if not m.shared or m.instret or m.hard_negatives:
-            raise ValueError("model.name=tool2vec trains one shared query encoder: shared=true, instret=false, "
-                             "hard_negatives=false")
+        if not m.shared or m.instret or m.hard_negatives or m.freeze_layers:
+            raise ValueError("model.name=tool2vec trains one shared query encoder on query pairs: shared=true, "
+                             "instret=false, hard_negatives=false, freeze_layers=0 (no cached frozen bottom)")
         super().build(artifacts)
         self.usage: dict[str, list[str]] = artifacts.get("usage", {}) if artifacts else {}
 

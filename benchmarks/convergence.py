@@ -8,7 +8,7 @@ Each variant is ``train.py`` on ToolLens with ``trainer.max_time=BUDGET`` (its o
 learning rate, schedule and epochs as in its YAML), validation about every 2 minutes (a step count
 per variant) on the first ``--val-queries`` val queries (the same subset for all), the best val checkpoint
 tested on the full test split. Fast variants build their activation cache inside the budget (a fresh
-``model.cache_dir`` per variant), so the cache's cost is counted.
+``model.states_dir`` per variant), so the cache's cost is counted.
 
 Writes ``benchmarks/results/convergence.json``: per variant its command, the val curve (seconds,
 step, val R@5), test R@5 of the best checkpoint, train_seconds and examples/s; and the speed-up of
@@ -55,7 +55,7 @@ def run_variant(name: str, budget: str, out: Path, val_queries: int, eval_batch:
             f"trainer.limit_val_batches={max(1, val_queries // eval_batch)}", f"data.eval_batch_size={eval_batch}",
             "trainer.enable_progress_bar=false", "checkpoint.save_top_k=1", "logger.wandb=false"]
     if config == FAST:
-        over.append(f"model.cache_dir={run / 'cache'}")  # built inside the budget
+        over.append(f"model.states_dir={run / 'cache'}")  # built inside the budget
     cmd = [sys.executable, "train.py", "--config", config, *over, *extra]
     print("$", " ".join(cmd[1:]), flush=True)
     subprocess.run(cmd, cwd=ROOT, check=True)

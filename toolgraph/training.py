@@ -195,10 +195,6 @@ def build_trainer(cfg: TrainConfig, out: Path) -> L.Trainer:
     if cfg.checkpoint.monitor not in logged:
         raise ConfigError(f"checkpoint.monitor: {cfg.checkpoint.monitor!r} is not logged by "
                           f"model.name={cfg.model.name!r} (it logs e.g. {', '.join(logged[:4])})")
-    manual = TASKS.get(cfg.model.name).manual_optimization(cfg)
-    if manual and t.accumulate_grad_batches > 1:
-        raise ConfigError("trainer.accumulate_grad_batches: must be 1 with model.grad_cache (GradCache already "
-                          "gives the gradient of the whole batch in the memory of one chunk)")
     every = cfg.checkpoint.every_n_train_steps
     ckpt = ModelCheckpoint(dirpath=str(out / "checkpoints"), monitor=cfg.checkpoint.monitor, mode=cfg.checkpoint.mode,
                            save_top_k=cfg.checkpoint.save_top_k, save_last=not every,
@@ -216,7 +212,7 @@ def build_trainer(cfg: TrainConfig, out: Path) -> L.Trainer:
         accelerator=t.accelerator, devices=t.devices, num_nodes=t.num_nodes, strategy=t.strategy,
         precision=t.precision, max_epochs=t.max_epochs, max_steps=t.max_steps, max_time=t.max_time,
         accumulate_grad_batches=t.accumulate_grad_batches,
-        gradient_clip_val=None if manual else t.gradient_clip_val,  # a manual task clips in its step
+        gradient_clip_val=t.gradient_clip_val,
         val_check_interval=t.val_check_interval, check_val_every_n_epoch=t.check_val_every_n_epoch,
         limit_train_batches=t.limit_train_batches, limit_val_batches=t.limit_val_batches,
         log_every_n_steps=t.log_every_n_steps, deterministic=t.deterministic,

@@ -205,3 +205,20 @@ def test_out_gets_the_tuned_retriever_and_the_val_table(crossed, tmp_path):
     assert res["metrics"] == pytest.approx(tuned.report.metrics)
     loaded = toolgraph.load(tmp_path / "tuned" / "retriever")
     assert loaded.config.weights == tuned.winner["retriever.weights"]
+
+
+def test_the_tune_command_chooses_on_val_and_writes_the_tuned_folder(crossed, tmp_path, capsys):
+    """`toolgraph tune`: the grid from --grid, scored on val, the winner tested on data.split and saved with
+    the val table; a bad grid key fails before any work, with exit 2 and the key named."""
+    from toolgraph.cli import main
+
+    out = tmp_path / "tuned"
+    base = ["tune", "retriever.name=bm25", f"data.name={crossed}", "eval.ks=[1,2,3]", "eval.bootstrap=0",
+            "eval.agent_level=false"]
+    assert main([*base, "--grid", "retriever.k1=0.5,1.5", "--metric", "recall@1", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "chosen on val" in printed and "val grid: 2 points" in printed
+    results = json.loads((out / "results.json").read_text())
+    assert len(results["tuning"]["table"]) == 2 and (out / "retriever" / "retriever.json").is_file()
+    assert main([*base, "--grid", "retriever.no_such_key=1,2", "--metric", "recall@1"]) == 2
+    assert "no_such_key" in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""The ``toolgraph`` command: data, evaluate, train, retrieve, report, serve, index sync."""
+"""The ``toolgraph`` command: data, evaluate, tune, train, retrieve, report, serve, index sync."""
 
 from __future__ import annotations
 
@@ -104,23 +104,33 @@ def cmd_graph(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_evaluate(args: argparse.Namespace) -> int:
+def _evaluate_config(args: argparse.Namespace):  # noqa: ANN202 - an EvaluateConfig
+    """The evaluation config of ``evaluate`` and ``tune``: ``--config`` files (default: the data a
+    ``--checkpoint`` was trained on) then overrides, ``--checkpoint`` and ``--out`` over them; the output
+    folder checked before any work (never write into someone else's folder)."""
     from toolgraph.config import EvaluateConfig, load_config, to_yaml
-    from toolgraph.evaluation import format_table, run, trained_on
+    from toolgraph.evaluation import trained_on
     from toolgraph.runs import check_output_folder
 
     sources = list(args.config)
     if args.checkpoint and not sources:
-        sources = [trained_on(args.checkpoint)]  # evaluate where it was trained, unless told
+        sources = [trained_on(args.checkpoint)]  # evaluate where it was trained (its splits), unless told
     cfg = load_config(EvaluateConfig, sources, args.overrides)
     if args.checkpoint:
         cfg.checkpoint = args.checkpoint
     if args.out:
         cfg.out = args.out
-    if cfg.out:  # before any work: never write into someone else's folder
+    if cfg.out:
         check_output_folder(cfg.out, "--out" if args.out else "out")
     if args.print_config:
         print(to_yaml(cfg))
+    return cfg
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from toolgraph.evaluation import format_table, run
+
+    cfg = _evaluate_config(args)
     report = run(cfg)
     print(format_table({report.label: report.metrics}, cfg.eval.ks))
     if report.agent_metrics:
@@ -129,6 +139,25 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if cfg.out:
         print(f"wrote {cfg.out}/results.json, rankings.jsonl, curves.png, config.yaml"
               f"{'' if cfg.checkpoint else ', retriever/'}")
+    return 0
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    """Settings chosen on val (a grid of overrides, toolgraph/tuning.py), then the winner tested once."""
+    from toolgraph.evaluation import format_table
+    from toolgraph.tuning import choose_on_val, parse_grid
+
+    grid = parse_grid(args.grid)  # a bad --grid fails before the config's work
+    cfg = _evaluate_config(args)
+    tuned = choose_on_val(cfg, grid, args.metric, val_split=args.val_split, log=print)
+    report = tuned.report
+    label = (f"{tuned.retriever.name} on {cfg.data.name}/{cfg.data.split} ({len(report.query_ids)} queries), "
+             + " ".join(f"{k}={v}" for k, v in tuned.winner.items()) + f" (chosen on {args.val_split})")
+    print(format_table({label: report.metrics}, cfg.eval.ks))
+    print(f"val grid: {len(tuned.table)} points in {tuned.seconds:.1f} s; ties: the point listed first")
+    if cfg.out:
+        print(f"wrote {cfg.out}/results.json (with the val table under 'tuning'), rankings.jsonl, curves.png, "
+              "config.yaml, retriever/ (the tuned retriever)")
     return 0
 
 
@@ -309,6 +338,17 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser("evaluate", help="evaluate a retriever on a dataset split")
     add_evaluate_args(e)
     e.set_defaults(fn=cmd_evaluate)
+
+    tu = sub.add_parser("tune", help="choose settings on val (a grid of overrides), then test the winner once")
+    add_evaluate_args(tu)
+    tu.add_argument("--grid", action="append", required=True, metavar="KEY=V1,V2,...",
+                    help="a config key and its candidate values (YAML; repeatable: the grid is their product, "
+                         "first key outermost), e.g. retriever.first_stage_weight=0,0.5,1,2")
+    tu.add_argument("--metric", default="recall@5",
+                    help="the metric val chooses by; a comma list breaks ties in order (recall@5,recall@3); "
+                         "a tie on all of them goes to the grid point listed first")
+    tu.add_argument("--val-split", default="val", help="the split the grid is scored on (the test split: data.split)")
+    tu.set_defaults(fn=cmd_tune)
 
     t = sub.add_parser("train", help="train a task (then test the best checkpoint and export a retriever)")
     add_evaluate_args(t)

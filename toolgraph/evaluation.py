@@ -197,16 +197,26 @@ def run(cfg: EvaluateConfig, retriever: Retriever | None = None, ds: ToolDataset
     report = evaluate(retriever, ds, cfg.data.split, cfg.eval)
     system = f"{retriever.name} from {cfg.checkpoint}" if loaded else retriever.name
     report.label = f"{system} on {ds.name}/{cfg.data.split} ({len(report.query_ids)} queries)"
-    if cfg.out:  # the old results.json goes first and the new one comes last: never a mix of two runs
-        out = Path(cfg.out)
-        with disk_full_is_an_error(out):  # a full disk: a clear error naming the folder, not a traceback
-            out.mkdir(parents=True, exist_ok=True)
-            retire_results(out)
-            write_text_atomic(out / "config.yaml", to_yaml(cfg))
-            if not cfg.checkpoint:
-                replace_folder(out / "retriever", retriever.save, "out retriever/")
-            write_report(report, out, cfg, ds)
+    if cfg.out:
+        write_run(cfg.out, cfg, report, ds, None if cfg.checkpoint else retriever)
     return report
+
+
+def write_run(out: str | Path, cfg: Any, report: Report, ds: ToolDataset, retriever: Retriever | None = None,
+              extra: Callable[[], dict[str, Any]] | None = None) -> Path:
+    """An evaluation folder: config.yaml, ``retriever`` saved under retriever/ (what ``fit`` learned loads
+    with ``toolgraph.load``; None: a loaded checkpoint, not saved again), rankings.jsonl, curves.png and
+    results.json (last, with ``extra()``'s entries). The old results.json goes first and the new one comes
+    last: never a mix of two runs; a full disk is a DataError naming the folder, not a traceback."""
+    out = Path(out)
+    with disk_full_is_an_error(out):
+        out.mkdir(parents=True, exist_ok=True)
+        retire_results(out)
+        write_text_atomic(out / "config.yaml", to_yaml(cfg))
+        if retriever is not None:
+            replace_folder(out / "retriever", retriever.save, "out retriever/")
+        write_report(report, out, cfg, ds, extra)
+    return out
 
 
 def trained_on(checkpoint: str | Path) -> dict[str, Any]:

@@ -38,22 +38,20 @@ import itertools
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 import yaml
 
 from toolgraph import data
-from toolgraph.config import EvaluateConfig, load_config, to_dict, to_yaml
+from toolgraph.config import EvaluateConfig, load_config, to_dict
 from toolgraph.data.schema import ToolDataset
 from toolgraph.errors import ConfigError
-from toolgraph.evaluation import Report, evaluate, write_report
-from toolgraph.files import write_text_atomic
+from toolgraph.evaluation import Report, evaluate, write_run
 from toolgraph.registry import RETRIEVERS
 from toolgraph.retrieval.base import Retriever
 from toolgraph.retrieval.loading import load, resolve_retriever
 from toolgraph.retrieval.pipeline import ComposedRetriever
-from toolgraph.runs import check_output_folder, disk_full_is_an_error, replace_folder, retire_results
+from toolgraph.runs import check_output_folder
 
 __all__ = ["Point", "Tuning", "choose_on_val", "evaluate_grid", "grid_points", "parse_grid", "pick", "point_config"]
 
@@ -369,20 +367,7 @@ def choose_on_val(cfg: EvaluateConfig, grid: Mapping[str, Sequence[Any]] | Seque
             tuning.report = evaluate(r, ds, config.data.split, config.eval)
     finally:
         runner.drop()
-    if test and cfg.out:
-        _write(tuning, ds, cfg.out)
+    if test and cfg.out:  # what toolgraph evaluate --out writes, for the winner, and the val table
+        write_run(cfg.out, replace(tuning.config, out=cfg.out), tuning.report, ds, tuning.retriever,
+                  extra=lambda: {"tuning": tuning.as_dict()})
     return tuning
-
-
-def _write(tuning: Tuning, ds: ToolDataset, out: str | Path) -> None:
-    """What ``toolgraph evaluate --out`` writes, for the winner: config.yaml (the winner's config),
-    retriever/ (the tuned retriever: ``toolgraph.load`` reads it), rankings.jsonl, curves.png, and
-    results.json last, with ``tuning``."""
-    out = Path(out)
-    cfg = replace(tuning.config, out=str(out))
-    with disk_full_is_an_error(out):
-        out.mkdir(parents=True, exist_ok=True)
-        retire_results(out)
-        write_text_atomic(out / "config.yaml", to_yaml(cfg))
-        replace_folder(out / "retriever", tuning.retriever.save, "out retriever/")
-        write_report(tuning.report, out, cfg, ds, extra=lambda: {"tuning": tuning.as_dict()})

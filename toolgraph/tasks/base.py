@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 import random
-import time
 from abc import abstractmethod
 from collections.abc import Callable
 from pathlib import Path
@@ -35,7 +34,6 @@ from toolgraph.evaluation import evaluate, write_report
 from toolgraph.metrics import RetrievalMetrics
 from toolgraph.nn.encoder import TextEncoder
 from toolgraph.nn.export import export_sentence_transformer
-from toolgraph.nn.frozen import PackedStates, cached_states
 from toolgraph.retrieval.base import Retriever
 from toolgraph.retrieval.topk import topk
 from toolgraph.runs import Checkpoint, read_results, replace_folder
@@ -118,12 +116,6 @@ class Task(L.LightningModule):
         """After fit and test, on rank 0 with the best weights loaded: export, write results (results.json
         last, with ``extra()``'s entries, e.g. the training summary); returns the headline metrics."""
 
-    @classmethod
-    def manual_optimization(cls, cfg: Any) -> bool:
-        """Whether this task steps its optimizer itself for ``cfg`` (then the trainer clips nothing and
-        accumulates nothing: the task's training_step does what is needed)."""
-        return False
-
     def param_groups(self) -> list[dict[str, Any]]:
         """AdamW groups: no weight decay on biases and norm weights (1-d parameters)."""
         decay, no_decay = [], []
@@ -143,23 +135,6 @@ class Task(L.LightningModule):
             out += [{**g, "params": enc}] if enc else []
             out += [{**g, "params": top, "lr": lr}] if top else []
         return out
-
-    def frozen_query_states(self, backbone: torch.nn.Module, texts: list[str], cache_dir: str | None
-                            ) -> PackedStates | None:
-        """Frozen bottom (``model.freeze_layers``): the hidden states of every training query, computed
-        once (or read from ``cache_dir``) on this device, built from ``on_train_start`` so that
-        ``trainer.max_time`` counts them; None when nothing is frozen."""
-        k = getattr(self.model_cfg, "freeze_layers", 0)
-        if not k or not texts:
-            return None
-        from lightning.pytorch.utilities.rank_zero import rank_zero_info
-
-        start, d = time.perf_counter(), self.cfg.data
-        states = cached_states(backbone, self.tokenizer, texts, k, d.max_query_length, cache_dir, d.eval_batch_size,
-                               self.device)
-        rank_zero_info(f"frozen bottom (embeddings + {k} layers): states of {len(states)} queries, "
-                       f"{states.nbytes / 2**20:.0f} MiB fp16, {time.perf_counter() - start:.1f} s")
-        return states
 
     def encoder_parameters(self) -> list[torch.nn.Parameter] | None:
         """The pretrained part, for tasks whose new head learns at ``model.head_lr`` (None: one lr)."""

@@ -105,7 +105,7 @@ RULES: list[tuple[str, str, tuple[str, ...]]] = [
             "test_report.py::test_ci_gives_intervals_and_the_paired_difference",
         ),
     ),
-    (r"^(python (train|evaluate)\.py|toolgraph (train|evaluate)) ", "resolve", ()),
+    (r"^(python (train|evaluate)\.py|toolgraph (train|evaluate|tune)) ", "resolve", ()),
     (r"^python benchmarks/\w+\.py( |$)", "resolve", ()),
 ]
 MARK_WORDS = {"gpu": r"\bgpus?\b", "cluster": r"\bcluster\b"}  # what a gpu / cluster line's comment must say
@@ -231,7 +231,7 @@ def resolve_cli(argv: list[str], monkeypatch, capsys):
     monkeypatch.setattr(toolgraph.training, "train", stop)
     monkeypatch.setattr(toolgraph.data, "prepare_dataset", stop)
     monkeypatch.setattr(toolgraph.data, "load_dataset", stop)
-    if argv[0] in ("train", "evaluate") and "--print-config" not in argv:
+    if argv[0] in ("train", "evaluate", "tune") and "--print-config" not in argv:
         argv = [*argv, "--print-config"]
     try:
         rc = main(argv)
@@ -239,7 +239,7 @@ def resolve_cli(argv: list[str], monkeypatch, capsys):
         stopped_at = r.value
     else:
         pytest.fail(f"toolgraph {shlex.join(argv)} exited {rc} before its work: {capsys.readouterr().err[-2000:]}")
-    if argv[0] not in ("train", "evaluate"):  # graph build: load_dataset's first argument is the dataset
+    if argv[0] not in ("train", "evaluate", "tune"):  # graph build: load_dataset's first argument is the dataset
         cfg, name = {}, stopped_at
     else:
         cfg = yaml.safe_load(capsys.readouterr().out)
@@ -301,7 +301,7 @@ def resolve(cmd: Command, monkeypatch, capsys) -> bool:
         resolve_benchmark(argv[1:], monkeypatch, capsys)
     elif argv[0] == "python" and argv[1] in ("train.py", "evaluate.py"):
         resolve_cli([argv[1].removesuffix(".py"), *argv[2:]], monkeypatch, capsys)
-    elif argv[0] == "toolgraph" and argv[1] in ("train", "evaluate", "graph"):
+    elif argv[0] == "toolgraph" and argv[1] in ("train", "evaluate", "tune", "graph"):
         resolve_cli(argv[1:], monkeypatch, capsys)
     else:
         return False

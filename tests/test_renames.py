@@ -109,3 +109,16 @@ def test_code_may_use_the_old_keyword_names():
         Section(encoder={"name": "a"}, model="b")
     with pytest.raises(ConfigError, match="not both"):
         Section(encoder=TextEncoderSpec(), model="b")
+
+
+def test_an_inline_retriever_takes_old_keys_over_new_ones_from_another_source(tmp_path):
+    from toolgraph.config import EvaluateConfig
+
+    f = tmp_path / "t2a.yaml"
+    f.write_text("retriever:\n  name: t2a\n  dense: {name: dense, encoder: {name: a, cache_dir: .cache}}\n")
+    cfg = load_config(EvaluateConfig, [f], ["retriever.dense.model=b", "retriever.dense.cache_dir=null"])
+    assert cfg.retriever.dense == {"name": "dense", "encoder": {"name": "b", "cache_dir": None}}
+    # old keys in the file, new ones in the override: the override wins, no "both set"
+    f.write_text("retriever:\n  name: t2a\n  dense: {name: dense, model: a, max_length: 128}\n")
+    cfg = load_config(EvaluateConfig, [f], ["retriever.dense.encoder.name=b"])
+    assert cfg.retriever.dense == {"name": "dense", "encoder": {"name": "b", "max_length": 128}}

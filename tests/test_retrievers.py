@@ -157,7 +157,7 @@ def test_a_model_folder_from_outside_travels_with_the_saved_retriever(name, tiny
     r, ds = _indexed_from_run_folder(name, tiny_bert_dir, tiny_dataset_dir, tmp_path, monkeypatch)
     r.save(tmp_path / "saved")
     assert r.config.model == "runs/bi/encoder"  # the live retriever is unchanged
-    assert json.loads((tmp_path / "saved" / "retriever.json").read_text())["config"]["model"] == "encoder"
+    assert json.loads((tmp_path / "saved" / "retriever.json").read_text())["config"]["encoder"]["name"] == "encoder"
     shutil.rmtree(tmp_path / "runs")  # the run folder moved away: the saved one still re-indexes
     loaded = Retriever.load(tmp_path / "saved")
     loaded.index([*ds.tools, Tool("t9", "play_music", "play a song")])  # encodes every tool again
@@ -182,7 +182,7 @@ def test_a_model_folder_gone_before_saving_is_saved_from_memory_or_refused(name,
     r, ds = _indexed_from_run_folder(name, tiny_bert_dir, tiny_dataset_dir, tmp_path, monkeypatch)
     shutil.rmtree(tmp_path / "runs")
     r.save(tmp_path / "saved")
-    assert json.loads((tmp_path / "saved" / "retriever.json").read_text())["config"]["model"] == "encoder"
+    assert json.loads((tmp_path / "saved" / "retriever.json").read_text())["config"]["encoder"]["name"] == "encoder"
     assert r.config.model == "runs/bi/encoder"
     loaded = Retriever.load(tmp_path / "saved")
     loaded.index([*ds.tools, Tool("t9", "play_music", "play a song")])  # encodes every tool again
@@ -199,7 +199,7 @@ def test_a_hugging_face_name_with_a_slash_is_saved_by_name(tiny_dataset_dir, tmp
     r = resolve_retriever(DenseConfig(model="sentence-transformers/all-MiniLM-L6-v2", cache_dir=None, progress=False))
     r.index(read_dataset(tiny_dataset_dir).tools)
     r.save(tmp_path / "saved")
-    saved = json.loads((tmp_path / "saved" / "retriever.json").read_text())["config"]["model"]
+    saved = json.loads((tmp_path / "saved" / "retriever.json").read_text())["config"]["encoder"]["name"]
     assert saved == "sentence-transformers/all-MiniLM-L6-v2" and not (tmp_path / "saved" / "encoder").exists()
 
 

@@ -290,7 +290,7 @@ def test_sync_writes_no_embedding_cache_outside_the_index(mcp_catalog, tiny_bert
     monkeypatch.chdir(work)
     idx = tmp_path / "idx"
     sync_index(mcp_catalog[0], idx, spec(tiny_bert_dir, cache=True))  # dense.cache_dir: the default
-    assert json.loads((idx / "dense" / "retriever.json").read_text())["config"]["cache_dir"] == ".cache/embeddings"
+    assert json.loads((idx / "dense" / "retriever.json").read_text())["config"]["encoder"]["cache_dir"] == ".cache/embeddings"
     catalog, _ = write_mcp_catalog(tmp_path / "v2", MCP_SERVERS + [RECIPES], [])
     assert sync_index(catalog, idx)["encoded"] == 2  # the new texts only: the index keeps its own vectors
     assert list(work.iterdir()) == []  # no ./.cache/embeddings
@@ -360,12 +360,12 @@ def test_toolgraph_retrieve_writes_nothing_into_the_working_folder(tmp_path, mon
     r.index(load_dataset(str(tiny_dataset_dir)).tools)
     r.save(tmp_path / "index")
     meta = json.loads((tmp_path / "index" / "retriever.json").read_text())
-    assert meta["config"]["model"] == "encoder"
+    assert meta["config"]["encoder"]["name"] == "encoder"
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.chdir(work)
     index = tmp_path / "index"
-    meta["config"]["cache_dir"] = ".cache/embeddings"  # the default of a dense retriever
+    meta["config"]["encoder"]["cache_dir"] = ".cache/embeddings"  # the default of a dense retriever
     (index / "retriever.json").write_text(json.dumps(meta))
     (index / "manifest.json").unlink()
     assert main(["retrieve", "--checkpoint", str(index), "-k", "2", "weather in paris"]) == 0

@@ -449,6 +449,10 @@ OPEN_SECTIONS = ("data.options",)
 # ``model``) by the class their ``name`` picks; so files written before a rename load to the same
 # values, and files saved since carry the new keys only. A nested section whose class has a
 # ``shorthand: ClassVar[str]`` takes a plain string for ``{shorthand: <string>}`` (TextEncoderSpec).
+# A schema's ``retriever_slots: ClassVar[tuple[str, ...]]`` names its fields that hold an inline
+# retriever config (a pipeline's first stage, an agent index's dense encoder): such a dict is renamed
+# by the class its ``name`` picks (in any source), so ``retriever.dense.model=x`` still merges into a
+# ``dense: {name: dense, encoder: {...}}`` written with the new keys.
 def renames_of(cls: type) -> dict[str, str]:
     """``cls``'s ``renamed`` table with those of its bases (old key -> new key path)."""
     out: dict[str, str] = {}
@@ -481,13 +485,20 @@ def _expand(sub: type | None, value: Any) -> Any:
     return {short: value} if short and isinstance(value, str) else value
 
 
-def rename_keys(cls: type, data: dict, where: str, prefix: str = "",
-                sections: Mapping[str, type] | None = None) -> bool:
+def rename_keys(cls: type, data: dict, where: str, prefix: str = "", sections: Mapping[str, type] | None = None,
+                names: Mapping[str, str] | None = None) -> bool:
     """Move the old keys of ``data`` (plain data for a ``cls`` section, changed in place) to their new
     paths by the ``renamed`` tables of ``cls`` and of its nested sections (``sections``: the classes of
-    open slots such as ``retriever``, picked by their names), and expand shorthands; True if anything
-    changed. A source that sets both an old key and its new one is a ConfigError naming both."""
+    open slots such as ``retriever``, picked by their names; ``names``: full dotted key -> the ``name``
+    the sources give an inline retriever there), and expand shorthands; True if anything changed. A
+    source that sets both an old key and its new one is a ConfigError naming both."""
     nested = {**_sections_of(cls), **(sections or {})}
+    for slot in getattr(cls, "retriever_slots", ()):
+        member = data.get(slot)
+        if slot not in nested and isinstance(member, dict):
+            name = member.get("name") if isinstance(member.get("name"), str) else (names or {}).get(prefix + slot)
+            if isinstance(name, str) and name in RETRIEVERS:
+                nested[slot] = RETRIEVERS.get(name).Config
     changed = False
     for key, sub in nested.items():
         if key in data and (value := _expand(sub, data[key])) is not data[key]:
@@ -511,30 +522,51 @@ def rename_keys(cls: type, data: dict, where: str, prefix: str = "",
         changed = True
     for key, sub in nested.items():
         if isinstance(data.get(key), dict):
-            changed |= rename_keys(sub, data[key], where, f"{prefix}{key}.")
+            changed |= rename_keys(sub, data[key], where, f"{prefix}{key}.", names=names)
     return changed
 
 
-def _renamed_source(cls: type, where: str, src: DictConfig, sections: Mapping[str, type]) -> DictConfig:
-    """``src`` with its old keys moved to their new paths (``rename_keys``); ``src`` itself when none."""
-    try:
-        data = OmegaConf.to_container(src, resolve=False)
-    except OmegaConfBaseException as e:
-        raise ConfigError(f"{where}: {str(e).splitlines()[0]}") from None
-    if not isinstance(data, dict) or not rename_keys(cls, data, where, sections=sections):
-        return src
-    try:
-        return OmegaConf.create(data)
-    except OmegaConfBaseException as e:
-        raise ConfigError(f"{where}: {str(e).splitlines()[0]}") from None
+def _names(data: Any, prefix: str, out: dict[str, str]) -> None:
+    """``out[dotted key] = name`` for every mapping in ``data`` with a string ``name``."""
+    if isinstance(data, dict):
+        if isinstance(data.get("name"), str) and prefix:
+            out[prefix[:-1]] = data["name"]
+        for k, v in data.items():
+            _names(v, f"{prefix}{k}.", out)
+
+
+def _renamed_sources(cls: type, sources: list[tuple[str, DictConfig]],
+                     sections: Mapping[str, type]) -> list[tuple[str, DictConfig]]:
+    """Every source with its old keys moved to their new paths (``rename_keys``); a source with none
+    is returned as it is."""
+    plain = []
+    for where, src in sources:
+        try:
+            plain.append(OmegaConf.to_container(src, resolve=False))
+        except OmegaConfBaseException as e:
+            raise ConfigError(f"{where}: {str(e).splitlines()[0]}") from None
+    names: dict[str, str] = {}
+    for data in plain:  # the last source that names an inline retriever picks its class
+        _names(data, "", names)
+    out = []
+    for (where, src), data in zip(sources, plain, strict=True):
+        if isinstance(data, dict) and rename_keys(cls, data, where, sections=sections, names=names):
+            try:
+                src = OmegaConf.create(data)
+            except OmegaConfBaseException as e:
+                raise ConfigError(f"{where}: {str(e).splitlines()[0]}") from None
+        out.append((where, src))
+    return out
 
 
 def accepts_renamed(cls: type) -> type:
-    """Class decorator, above ``@dataclass``: code may build ``cls`` with the old keyword names of its
-    ``renamed`` table, and a plain string for a section with a shorthand, as files may:
-    ``DenseConfig(model="x", max_length=64)`` is ``DenseConfig(encoder=TextEncoderSpec(name="x",
-    max_length=64, <the section's other encoder defaults>))``. (A subclass gets its own ``__init__``
-    from ``@dataclass``: decorate it too.)"""
+    """Class decorator, above ``@dataclass``: code written against the old keys keeps working. ``cls``
+    may be built with the old keyword names of its ``renamed`` table, and a plain string for a section
+    with a shorthand, as files may: ``DenseConfig(model="x", max_length=64)`` is
+    ``DenseConfig(encoder=TextEncoderSpec(name="x", max_length=64, <the section's other encoder
+    defaults>))``; and each old name reads and sets its new key (``cfg.model`` is ``cfg.encoder.name``).
+    These aliases are not fields: the schema, and every file saved, has the new keys only. (A subclass
+    gets its own ``__init__`` from ``@dataclass``: decorate it too.)"""
     init = cls.__init__
 
     @functools.wraps(init)
@@ -542,7 +574,24 @@ def accepts_renamed(cls: type) -> type:
         init(self, *args, **_renamed_kwargs(cls, kwargs))
 
     cls.__init__ = __init__  # type: ignore[method-assign]
+    own = {f.name for f in fields(cls)}
+    for old, new in renames_of(cls).items():
+        if "." not in old and old not in own and not any(old in vars(c) for c in cls.__mro__):
+            setattr(cls, old, _alias(new))
     return cls
+
+
+def _alias(path: str) -> property:
+    """A property reading and setting the dotted key ``path`` of its object."""
+    *parents, last = path.split(".")
+
+    def owner(obj: Any) -> Any:
+        for part in parents:
+            obj = getattr(obj, part)
+        return obj
+
+    return property(lambda self: getattr(owner(self), last), lambda self, value: setattr(owner(self), last, value),
+                    doc=f"the old name of ``{path}``")
 
 
 def _renamed_kwargs(cls: type, kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -749,7 +798,7 @@ def load_config(schema: Any, files: Sequence[str | Path | Mapping] = (), overrid
         chosen[section] = type(slot)
         base[section] = OmegaConf.structured(slot)
     root = schema if isinstance(schema, type) else type(schema)
-    sources = [(src_name, _renamed_source(root, src_name, src, chosen)) for src_name, src in sources]
+    sources = _renamed_sources(root, sources, chosen)
     OmegaConf.set_struct(base, True)
     for key in OPEN_SECTIONS:  # free-form dicts: their keys belong to the adapter, checked there
         node = OmegaConf.select(base, key)

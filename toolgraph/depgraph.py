@@ -26,12 +26,14 @@ from typing import Any
 
 import torch
 
+from toolgraph.config import TextEncoderSpec, accepts_renamed
 from toolgraph.data.schema import Tool, ToolDataset, natural_key
 from toolgraph.data.tdi import LABEL_INDEX
 from toolgraph.files import atomic_path, write_text_atomic
 from toolgraph.retrieval.progress import progress_enabled
 
 
+@accepts_renamed
 @dataclass
 class GraphConfig:
     links: str | None = None  # a trained link retriever (configs/dependency_links.yaml run or its retriever/)
@@ -45,7 +47,7 @@ class GraphConfig:
     same_agent: bool = True  # also pair tools of one owner ...
     same_category: bool = True  # ... or one category
     max_group: int = 50  # ... when the group is at most this large
-    encoder: str = "all-MiniLM-L6-v2"  # embeddings for the nearest-tool candidates
+    encoder: TextEncoderSpec = field(default_factory=TextEncoderSpec)  # embeddings for the nearest-tool candidates
     tool_text: str | None = None  # None: the style the discriminator was trained on
     threshold: float | None = None  # edge kept at this probability (stats); None: the discriminator's val choice
     keep_prob: float = 0.05  # directions written to edges.jsonl
@@ -216,7 +218,7 @@ def build_graph(ds: ToolDataset, task, cfg: GraphConfig) -> tuple[list[dict[str,
     documents = {t.id: t.document(style) for t in tools}
     t0 = time.perf_counter()
     vectors = None
-    dense = DenseRetriever(DenseConfig(model=cfg.encoder, tool_text=style)) if cfg.top_m > 0 or cfg.io_m > 0 else None
+    dense = DenseRetriever(DenseConfig(encoder=cfg.encoder, tool_text=style)) if cfg.top_m > 0 or cfg.io_m > 0 else None
     if cfg.top_m > 0:
         dense.index(tools)  # same sort order as ``tools``
         vectors = dense.tool_vectors

@@ -35,7 +35,7 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import bm25s
 import numpy as np
@@ -60,7 +60,7 @@ NONE = -1.0e9  # score of an agent with no entity (no tools, not indexed)
 
 
 # the general tool retriever when it is installed, MiniLM otherwise (nn/encoder.py says which on stderr)
-DEFAULT_DENSE = {"name": "dense", "model": "toolgraph-general", "max_length": 128}
+DEFAULT_DENSE = {"name": "dense", "encoder": {"name": "toolgraph-general", "max_length": 128}}
 
 
 @dataclass
@@ -77,6 +77,8 @@ class AgentRetrieverConfig(RetrieverConfig):
     route_agents: int = bounded(3, ge=0)  # tool-level output: tools of this many best agents come first
     servers: int = bounded(5, ge=1)  # mcp_zero: servers kept at the first stage
     step_merge: StepMerge = "max"  # retrieval/steps.py
+
+    retriever_slots: ClassVar[tuple[str, ...]] = ("dense",)  # an inline dense config: renamed keys by its name
 
 
 def content_hash(obj: Tool | Agent) -> str:

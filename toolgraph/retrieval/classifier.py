@@ -9,13 +9,14 @@ them. To rank new tools properly, fuse the MLC with a dense retriever (``name: f
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 import torch
 from safetensors.torch import save_file
 
+from toolgraph.config import TextEncoderSpec, accepts_renamed, encoder_spec
 from toolgraph.data.formats import read_json
 from toolgraph.errors import DataError
 from toolgraph.nn.storage import read_matrix, read_tensors
@@ -25,11 +26,12 @@ from toolgraph.retrieval.dense import DenseConfig, DenseRetriever
 UNSCORED = -1.0e9  # below any logit; a finite number so rankings stay valid JSON
 
 
+@accepts_renamed
 @dataclass
 class ClassifierRetrieverConfig(DenseConfig):
     name: str = "mlc"
-    model: str = "encoder"  # the fine-tuned encoder folder (relative to the saved retriever)
-    normalize: bool = False
+    # the fine-tuned encoder folder (relative to the saved retriever); the head reads unnormalised vectors
+    encoder: TextEncoderSpec = field(default_factory=encoder_spec(name="encoder", normalize=False))
     unseen: Literal["bottom", "error"] = "bottom"  # tools the head has no output for: ranked last, or an error
 
 

@@ -12,14 +12,14 @@ import json
 import shutil
 import threading
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 from safetensors.torch import save_file
 
-from toolgraph.config import ToolText, bounded
+from toolgraph.config import TextEncoderSpec, ToolText, accepts_renamed, bounded
 from toolgraph.errors import ConfigError, DataError, ModelNotFoundError
 from toolgraph.nn.encoder import _MINILM as _NAMED
 from toolgraph.nn.encoder import GENERAL, TextEncoder, check_encoder_folder, load_backbone, model_prompts, resolve_model
@@ -49,22 +49,31 @@ def embedding_cache_off():
 
 SAVED_ENCODER = "encoder"  # where a saved retriever keeps a model folder copied from outside
 
+# the keys of a graph retriever's node text before it became one TextEncoderSpec (issue 42); the old
+# ``encoder: <name>`` string is the spec's shorthand
+NODE_TEXT_KEYS = {"max_tool_length": "encoder.max_length", "max_query_length": "encoder.max_query_length",
+                  "cache_dir": "encoder.cache_dir"}
 
+
+# the keys of DenseConfig before its encoder became one TextEncoderSpec (issue 42): old checkpoints,
+# retriever.json files and YAML keep loading through this table (config.py, renamed keys)
+ENCODER_KEYS = {"model": "encoder.name", "pooling": "encoder.pooling", "normalize": "encoder.normalize",
+                "max_length": "encoder.max_length", "query_max_length": "encoder.max_query_length",
+                "query_prefix": "encoder.query_prefix", "doc_prefix": "encoder.doc_prefix",
+                "cache_dir": "encoder.cache_dir"}
+
+
+@accepts_renamed
 @dataclass
 class DenseConfig(RetrieverConfig):
     name: str = "dense"
-    model: str = "all-MiniLM-L6-v2"  # HF id or local folder
-    pooling: Literal["mean", "cls"] = "mean"
-    normalize: bool = True
-    max_length: int = bounded(256, ge=1)  # tokens per tool document
-    query_max_length: int | None = bounded(None, ge=1)  # tokens per query (None: max_length)
+    encoder: TextEncoderSpec = field(default_factory=TextEncoderSpec)  # model, pooling, lengths, prefixes, cache
     batch_size: int = bounded(64, ge=1)
-    query_prefix: str | None = None  # before each query, e.g. "query: "; None: the model folder's "query" prompt
-    doc_prefix: str | None = None  # before each tool document; None: the folder's "document" prompt (else none)
     index: Literal["exact", "faiss", "faiss-hnsw"] = "exact"  # faiss: IndexFlatIP; faiss-hnsw: approximate
-    cache_dir: str | None = ".cache/embeddings"  # null: in-memory only
     device: Literal["auto", "cpu", "cuda"] = "auto"
     progress: bool = True
+
+    renamed: ClassVar[dict[str, str]] = ENCODER_KEYS
 
 
 @RETRIEVERS.register("dense")
@@ -90,8 +99,8 @@ class DenseRetriever(Retriever):
         return torch.device("cuda" if want == "auto" and torch.cuda.is_available() else ("cpu" if want == "auto" else want))
 
     def _model_name(self) -> str:
-        """config.model, or the folder of that name saved beside this retriever."""
-        model = self.config.model
+        """config.encoder.name, or the folder of that name saved beside this retriever."""
+        model = self.config.encoder.name
         if self._base_dir is not None and (self._base_dir / model).is_dir():
             return str(self._base_dir / model)
         if self._base_dir is not None and self._cached_model is not None:
@@ -99,10 +108,11 @@ class DenseRetriever(Retriever):
         return model
 
     def prefix(self, kind: Literal["query", "document"]) -> str:
-        """The text before each query / tool document: ``query_prefix`` / ``doc_prefix`` when set, else
-        the prompt the model folder declares (``prompts`` in its config_sentence_transformers.json,
-        which toolgraph writes for a bi-encoder trained with prefixes), else nothing."""
-        own = self.config.query_prefix if kind == "query" else self.config.doc_prefix
+        """The text before each query / tool document: ``encoder.query_prefix`` / ``encoder.doc_prefix``
+        when set, else the prompt the model folder declares (``prompts`` in its
+        config_sentence_transformers.json, which toolgraph writes for a bi-encoder trained with
+        prefixes), else nothing."""
+        own = self.config.encoder.query_prefix if kind == "query" else self.config.encoder.doc_prefix
         if own is not None:
             return own
         if self._prompts is None:
@@ -113,18 +123,18 @@ class DenseRetriever(Retriever):
     def encoder(self) -> TextEncoder:
         if self._encoder is None:
             backbone, self._tokenizer = load_backbone(self._model_name())
-            self._encoder = TextEncoder(backbone, self.config.pooling, self.config.normalize)
+            self._encoder = TextEncoder(backbone, self.config.encoder.pooling, self.config.encoder.normalize)
         return self._encoder.to(self.device)
 
     @property
     def cache(self) -> EmbeddingCache:
         if self._cache is None:
-            self._cache = EmbeddingCache(self.config.cache_dir, self.encoder.fingerprint())
+            self._cache = EmbeddingCache(self.config.encoder.cache_dir, self.encoder.fingerprint())
         return self._cache
 
     def embed(self, texts: list[str], what: str = "encoding", max_length: int | None = None) -> torch.Tensor:
         """texts -> [len, H], through the cache (keyed by text and truncation length)."""
-        max_length = max_length or self.config.max_length
+        max_length = max_length or self.config.encoder.max_length
         if getattr(_UNCACHED, "on", False):  # embedding_cache_off(): the server encodes without the cache
             return encode_texts(self.encoder, self._tokenizer, texts, self.config.batch_size, max_length,
                                 self.device, progress=False)
@@ -165,7 +175,7 @@ class DenseRetriever(Retriever):
 
     def encode_queries(self, queries: list[str]) -> torch.Tensor:
         texts = [self.prefix("query") + q for q in queries]
-        return self.embed(texts, "encoding queries", self.config.query_max_length)  # [Q, H]
+        return self.embed(texts, "encoding queries", self.config.encoder.max_query_length)  # [Q, H]
 
     def score(self, queries: list[str]) -> torch.Tensor:
         return self.encode_queries(queries) @ self.tool_vectors.T  # [Q, N]
@@ -193,29 +203,29 @@ class DenseRetriever(Retriever):
             self._model_source = source
             self._prompts = self._prompts if self._prompts is not None else model_prompts(str(source))
         else:  # the folder moved after loading: _save_encoder exports the encoder held in memory
-            own = spec.query_prefix is not None and spec.doc_prefix is not None
+            own = spec.encoder.query_prefix is not None and spec.encoder.doc_prefix is not None
             if self._encoder is None or (self._prompts is None and not own):
-                raise ConfigError(f"retriever.model: {spec.model} is not a folder (moved or deleted?) and the "
+                raise ConfigError(f"retriever.encoder.name: {spec.encoder.name} is not a folder (moved or deleted?) and the "
                                   "encoder was never loaded, so the saved retriever could not re-index: give the "
                                   "model's current path")
-        self.config = replace(spec, model=SAVED_ENCODER)
+        self.config = replace(spec, encoder=replace(spec.encoder, name=SAVED_ENCODER))
         try:
             return super().save(folder)
         finally:
             self.config, self._model_source = spec, None
 
     def _outside_model(self) -> Path | None:
-        """The folder ``config.model`` names when it is a path (not a bare name) outside any saved folder,
-        whether or not it is still there."""
-        model = self.config.model
+        """The folder ``config.encoder.name`` names when it is a path (not a bare name) outside any saved
+        folder, whether or not it is still there."""
+        model = self.config.encoder.name
         if ("/" not in model and "\\" not in model) or (self._base_dir is not None and (self._base_dir / model).is_dir()):
             return None
         return Path(model)
 
     def _hub_model(self) -> bool:
-        """``config.model`` resolves as a Hugging Face name (``org/name`` in the local cache): kept by name."""
+        """``config.encoder.name`` resolves as a Hugging Face name (``org/name`` in the local cache): kept by name."""
         try:
-            resolve_model(self.config.model)
+            resolve_model(self.config.encoder.name)
         except ModelNotFoundError:
             return False
         return True
@@ -224,7 +234,7 @@ class DenseRetriever(Retriever):
         """A model named by a folder relative to the saved retriever travels with it (e.g. a loaded
         retriever re-saved as a pipeline's first stage, or an in-memory encoder from a task); one from
         outside (``save``) is copied in."""
-        model = self.config.model
+        model = self.config.encoder.name
         target = folder / model
         if self._model_source is not None:
             if target.resolve() == self._model_source.resolve():
@@ -240,7 +250,7 @@ class DenseRetriever(Retriever):
         elif self._encoder is not None and "/" not in model and not Path(model).is_dir() and model not in _NAMED:
             from toolgraph.nn.export import export_sentence_transformer
 
-            export_sentence_transformer(self._encoder, self._tokenizer, target, self.config.max_length,
+            export_sentence_transformer(self._encoder, self._tokenizer, target, self.config.encoder.max_length,
                                         {k: self.prefix(k) for k in ("query", "document")})
 
     def _load_state(self, folder: Path) -> None:
@@ -275,20 +285,20 @@ class DenseRetriever(Retriever):
         ``toolgraph-general``, the local Hugging Face cache). Loading a folder never reads a model from
         outside it (an absolute path, ``..``, a link out) and never downloads one: toolgraph copies an
         outside encoder in when it saves, so such a name only comes from a hand-made or edited file."""
-        base, model = self._base_dir, self.config.model
+        base, model = self._base_dir, self.config.encoder.name
         if base is None:
             return
         where = base / "retriever.json"
         path = Path(model)
         if path.is_absolute() or model.startswith("~") or ".." in path.parts or "\\" in model:
-            raise DataError(f"retriever.model {model!r} names a folder outside the saved retriever; loading a "
+            raise DataError(f"retriever.encoder.name {model!r} names a folder outside the saved retriever; loading a "
                             "folder never reads a model from elsewhere. Re-save the retriever (toolgraph copies "
                             "the encoder in as encoder/), or put the encoder inside the folder and name it there",
                             where)
         inside = base / model
         if inside.is_dir():
             if not inside.resolve().is_relative_to(base.resolve()):
-                raise DataError(f"retriever.model {model!r} leads outside the saved retriever (a link to "
+                raise DataError(f"retriever.encoder.name {model!r} leads outside the saved retriever (a link to "
                                 f"{inside.resolve()}); a saved retriever loads only the encoder inside it", where)
             check_encoder_folder(inside)
             return
@@ -301,7 +311,7 @@ class DenseRetriever(Retriever):
         except ValueError:  # not a valid repository name (huggingface_hub's HFValidationError)
             cached = None
         if not isinstance(cached, str):
-            raise DataError(f"retriever.model {model!r} is neither a folder inside the saved retriever nor a model "
+            raise DataError(f"retriever.encoder.name {model!r} is neither a folder inside the saved retriever nor a model "
                             "in the local Hugging Face cache; loading a saved folder never downloads a model. "
                             "Put it in the cache, or re-save the retriever with the encoder inside it", where)
         self._cached_model = str(Path(cached).parent)
@@ -322,10 +332,12 @@ def text_embedder(cfg: NodeText) -> DenseRetriever:
     """A DenseRetriever used only for its cached ``embed`` (texts -> [n, D]): the text side of the
     graph retrievers and of ``data.graph.build_graph`` (with a bar while it encodes; the server's
     ``embedding_cache_off`` encodes quietly)."""
-    return DenseRetriever(DenseConfig(model=cfg.encoder, tool_text=cfg.tool_text, max_length=cfg.max_tool_length,
-                                      query_max_length=cfg.max_query_length, cache_dir=cfg.cache_dir))
+    return DenseRetriever(DenseConfig(encoder=TextEncoderSpec(name=cfg.encoder, max_length=cfg.max_tool_length,
+                                                              max_query_length=cfg.max_query_length,
+                                                              cache_dir=cfg.cache_dir), tool_text=cfg.tool_text))
 
 
 def text_embedder_for(cfg: Any) -> DenseRetriever:
-    """The embedder of a retriever config with encoder / tool_text / max_*_length / cache_dir."""
-    return text_embedder(NodeText(cfg.encoder, cfg.tool_text, cfg.max_tool_length, cfg.max_query_length, cfg.cache_dir))
+    """The embedder of a section with an ``encoder`` (TextEncoderSpec) and a ``tool_text``: a graph
+    retriever's node text."""
+    return DenseRetriever(DenseConfig(encoder=cfg.encoder, tool_text=cfg.tool_text))

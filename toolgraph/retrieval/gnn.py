@@ -8,25 +8,26 @@ was not in the graph (``add_tools``), is an isolated node: the GNN runs on its t
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 import torch
 from safetensors.torch import save_file
 
-from toolgraph.config import bounded
+from toolgraph.config import TextEncoderSpec, accepts_renamed, bounded, encoder_spec
 from toolgraph.data.formats import read_json
 from toolgraph.errors import DataError
 from toolgraph.nn.storage import read_matrix, read_tensors
 from toolgraph.registry import RETRIEVERS
 from toolgraph.retrieval.base import Retriever, RetrieverConfig
-from toolgraph.retrieval.dense import text_embedder_for
+from toolgraph.retrieval.dense import NODE_TEXT_KEYS, text_embedder_for
 
 if TYPE_CHECKING:
     from toolgraph.nn.gnn import GraphEncoder
 
 
+@accepts_renamed
 @dataclass
 class GNNConfig(RetrieverConfig):
     name: str = "gnn"
@@ -35,10 +36,10 @@ class GNNConfig(RetrieverConfig):
     layers: int = bounded(2, ge=0)
     hidden: int = bounded(384, ge=1)
     heads: int = bounded(4, ge=1)
-    encoder: str = "all-MiniLM-L6-v2"  # frozen text encoder of the node features
-    max_tool_length: int = bounded(128, ge=1)
-    max_query_length: int = bounded(128, ge=1)
-    cache_dir: str | None = ".cache/embeddings"
+    # the frozen text encoder of the node features
+    encoder: TextEncoderSpec = field(default_factory=encoder_spec(max_length=128, max_query_length=128))
+
+    renamed: ClassVar[dict[str, str]] = NODE_TEXT_KEYS
 
 
 @RETRIEVERS.register("gnn")
@@ -81,7 +82,7 @@ class GNNRetriever(Retriever):
         self.tool_vectors = torch.nn.functional.normalize(vecs, dim=-1)
 
     def score(self, queries: list[str]) -> torch.Tensor:
-        x = self.embedder.embed(list(queries), "encoding queries", self.config.max_query_length)  # [Q, D]
+        x = self.embedder.embed(list(queries), "encoding queries", self.config.encoder.max_query_length)  # [Q, D]
         q = torch.nn.functional.normalize(self.isolated("query", x), dim=-1)
         return q @ self.tool_vectors.T  # [Q, N]
 

@@ -43,28 +43,27 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 from safetensors.torch import save_file
 
-from toolgraph.config import bounded
+from toolgraph.config import TextEncoderSpec, accepts_renamed, bounded, encoder_spec
 from toolgraph.data.formats import read_json
 from toolgraph.data.schema import Tool, ToolDataset
 from toolgraph.errors import ConfigError, DataError
 from toolgraph.nn.storage import read_matrix, read_tensors
 from toolgraph.registry import RETRIEVERS
 from toolgraph.retrieval.base import Retriever, RetrieverConfig
-from toolgraph.retrieval.dense import text_embedder_for
+from toolgraph.retrieval.dense import NODE_TEXT_KEYS, text_embedder_for
 
 
+@accepts_renamed
 @dataclass
 class LoSemBConfig(RetrieverConfig):
     name: str = "losemb"
-    encoder: str = "all-MiniLM-L6-v2"
-    max_tool_length: int = bounded(128, ge=1)
-    max_query_length: int = bounded(128, ge=1)
-    cache_dir: str | None = ".cache/embeddings"
+    encoder: TextEncoderSpec = field(default_factory=encoder_spec(max_length=128, max_query_length=128))
     layers: int = bounded(2, ge=0)  # L
     top_j: int = bounded(10, ge=1)  # J
     top_i: int = bounded(20, ge=1)  # I
@@ -77,6 +76,8 @@ class LoSemBConfig(RetrieverConfig):
     no_tool_transfer: bool = False  # ablation: unseen tools get no logical feature
     no_relational_retrieval: bool = False  # ablation: no pruning, plain cosine of the aligned embeddings
     prune_unseen: bool = True  # false: tools without training queries are always candidates (only seen ones pruned)
+
+    renamed: ClassVar[dict[str, str]] = NODE_TEXT_KEYS
 
 
 @RETRIEVERS.register("losemb")
@@ -112,7 +113,7 @@ class LoSemBRetriever(Retriever):
         return self._embedder
 
     def _queries_x(self, texts: Sequence[str]) -> torch.Tensor:
-        return F.normalize(self.embedder.embed(list(texts), "encoding queries", self.config.max_query_length), dim=-1)
+        return F.normalize(self.embedder.embed(list(texts), "encoding queries", self.config.encoder.max_query_length), dim=-1)
 
     # ---- logical features from the training graph (eq. 3-6) ------------------------------------
     def fit(self, dataset: ToolDataset) -> None:
@@ -124,7 +125,7 @@ class LoSemBRetriever(Retriever):
         if not train:
             raise DataError(f"losemb: {dataset.name!r} has no train queries to learn logical features from")
         ds = ToolDataset(dataset.name, dataset.tools, train, dataset.agents, dataset.dependencies)
-        graph = build_graph(ds, self.embedder, c.edges, c.dependencies, query_max_length=c.max_query_length)
+        graph = build_graph(ds, self.embedder, c.edges, c.dependencies, query_max_length=c.encoder.max_query_length)
         gnn = self._trained_lightgcn() or build_gnn("lightgcn", graph.data["tool"].x.shape[1], c.layers)
         x = {t: F.normalize(v, dim=-1) if v.numel() else v for t, v in graph.x_dict().items()}
         with torch.no_grad():

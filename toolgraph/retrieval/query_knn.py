@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from toolgraph.config import bounded
+from toolgraph.config import accepts_renamed, bounded
 from toolgraph.data.formats import read_json
 from toolgraph.data.schema import ToolDataset
 from toolgraph.errors import DataError
@@ -35,6 +35,7 @@ EXAMPLES = "examples.json"
 VECTORS = "example_vectors.safetensors"
 
 
+@accepts_renamed
 @dataclass
 class QueryKNNConfig(DenseConfig):
     name: str = "query_knn"
@@ -66,7 +67,7 @@ class QueryKNNRetriever(DenseRetriever):
         super()._build()  # tool_vectors: the description vectors
         if self.examples and len(self.example_vectors) != len(self.examples):
             texts = [self.prefix("query") + text for text, _ in self.examples]
-            self.example_vectors = self.embed(texts, "encoding training queries", self.config.query_max_length)
+            self.example_vectors = self.embed(texts, "encoding training queries", self.config.encoder.max_query_length)
         self._index_examples()
 
     def _index_examples(self) -> None:

@@ -17,7 +17,7 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-from toolgraph.config import bounded, from_dict
+from toolgraph.config import accepts_renamed, bounded, from_dict, to_dict
 from toolgraph.data.formats import read_edges, read_json
 from toolgraph.data.schema import ToolDataset
 from toolgraph.errors import ConfigError, DataError
@@ -27,6 +27,7 @@ from toolgraph.retrieval.base import Retriever
 from toolgraph.retrieval.dense import DenseConfig, DenseRetriever
 
 
+@accepts_renamed
 @dataclass
 class TGRConfig(DenseConfig):
     name: str = "tgr"
@@ -59,7 +60,7 @@ class TGRRetriever(DenseRetriever):
         super()._build()  # [N, H] encoder vectors (cached)
         edges = self._index_edges().T  # [E, 2]
         smoothed = gcn_smooth(self.tool_vectors, edges, self.config.layers, self.config.direction, self.config.alpha)
-        self.tool_vectors = F.normalize(smoothed, dim=-1) if self.config.normalize else smoothed
+        self.tool_vectors = F.normalize(smoothed, dim=-1) if self.config.encoder.normalize else smoothed
         self.graph_edges = len(edges)
         self._build_faiss()
 
@@ -114,7 +115,8 @@ def with_graph(retriever: Retriever, graph: str, **options: object) -> TGRRetrie
     if unknown:
         raise ConfigError(f"--graph-option: unknown key(s) {unknown}; expected alpha, boost, threshold, layers, "
                           "direction, max_prerequisites")
-    base = {f.name: getattr(retriever.config, f.name) for f in fields(DenseConfig) if f.name != "name"}
+    dense = to_dict(retriever.config)  # its encoder spec, tool text, batching and index, as they are
+    base = {f.name: dense[f.name] for f in fields(DenseConfig) if f.name != "name"}
     config = from_dict(TGRConfig(), {**base, **options, "graph": str(graph)}, "--graph-option")
     tgr = TGRRetriever(config, retriever.encoder, retriever._tokenizer)
     tgr.index(list(retriever.tools))

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from toolgraph.config import bounded
+from toolgraph.config import accepts_renamed, bounded
 from toolgraph.data.formats import read_json
 from toolgraph.data.schema import ToolDataset
 from toolgraph.errors import DataError
@@ -23,6 +23,7 @@ from toolgraph.registry import RETRIEVERS
 from toolgraph.retrieval.dense import DenseConfig, DenseRetriever
 
 
+@accepts_renamed
 @dataclass
 class Tool2VecConfig(DenseConfig):
     name: str = "tool2vec"
@@ -55,12 +56,12 @@ class Tool2VecRetriever(DenseRetriever):
         used = [i for i, t in enumerate(self.tools) if t.id in self.usage]
         if used and w > 0:
             texts = [self.prefix("query") + q for i in used for q in self.usage[self.tools[i].id]]
-            qvecs = self.embed(texts, "encoding usage queries", self.config.query_max_length)  # [U, H]
+            qvecs = self.embed(texts, "encoding usage queries", self.config.encoder.max_query_length)  # [U, H]
             owner = torch.tensor([k for k, i in enumerate(used) for _ in self.usage[self.tools[i].id]])  # [U]
             means = torch.zeros(len(used), qvecs.shape[1]).index_add_(0, owner, qvecs)
             means /= torch.bincount(owner, minlength=len(used)).unsqueeze(1).float()  # [n_used, H]
             mixed = w * means + (1 - w) * vectors[used]
-            vectors[used] = torch.nn.functional.normalize(mixed, dim=1) if self.config.normalize else mixed
+            vectors[used] = torch.nn.functional.normalize(mixed, dim=1) if self.config.encoder.normalize else mixed
         self.tool_vectors = vectors
         self._build_faiss()
 

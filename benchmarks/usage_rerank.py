@@ -233,7 +233,7 @@ def tune_weight(args: argparse.Namespace) -> None:
     res = json.loads((args.run / "results.json").read_text())
     tr = res.get("training", {})
     row = {"method": args.method, "dataset": cfg.data.name, "split": "test", "setting": args.setting,
-           "encoder": Path(str(cfg.model.encoder)).name, "queries": len(ds.split("test")),
+           "encoder": Path(str(cfg.model.encoder.name)).name, "queries": len(ds.split("test")),
            "metrics": {k: round(v, 4) for k, v in tuned.report.metrics.items()},
            "command": f"{args.command}; python benchmarks/usage_rerank.py tune-weight {args.run}"
                       + (" --first-stage " + " ".join(map(str, args.first_stage)) if args.first_stage else "")
@@ -283,7 +283,7 @@ def tune_knn(args: argparse.Namespace) -> None:
     res = json.loads((args.run / "results.json").read_text())
     tr = res.get("training", {})
     row = {"method": args.method, "dataset": cfg.data.name, "split": "test", "setting": args.setting,
-           "encoder": Path(str(cfg.model.encoder)).name, "queries": len(ds.split("test")),
+           "encoder": Path(str(cfg.model.encoder.name)).name, "queries": len(ds.split("test")),
            "metrics": {k: round(v, 4) for k, v in tuned.report.metrics.items()},
            "command": f"{args.command}; python benchmarks/usage_rerank.py tune-knn {args.run} --encoder {args.encoder}",
            "neighbors": best["neighbors"], "knn_weight": best["weight"], "val_grid": rows,

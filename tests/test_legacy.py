@@ -75,3 +75,47 @@ def test_the_old_exported_folder_reads_its_old_keys_as_the_encoder_spec(tmp_path
     r = toolgraph.load(tmp_path / "export")
     assert r.config.encoder == TextEncoderSpec(name="encoder", max_length=16, max_query_length=128, query_prefix="",
                                                doc_prefix="", cache_dir=None)
+
+
+def _train_config(name: str):
+    from toolgraph.config import config_from_dict
+
+    return config_from_dict(json.loads((KEYS / "train_configs.json").read_text())[name])
+
+
+def test_old_checkpoint_configs_of_every_task_read_their_encoder_keys_as_specs():
+    from toolgraph.config import TextEncoderSpec as Spec
+    from toolgraph.config import config_from_dict, to_saved
+    from toolgraph.tasks.refiner import VectorsSpec
+    from toolgraph.tasks.rerank import FirstStageSpec
+
+    m = {name: _train_config(name).model for name in json.loads((KEYS / "train_configs.json").read_text())}
+    assert m["bi_encoder"].encoder == Spec(name="enc-a", pooling="cls", normalize=False, query_prefix="query: ",
+                                           doc_prefix="tool: ")
+    assert m["bi_encoder"].states_dir == "acts"  # model.cache_dir was its activation cache
+    assert (m["tool2vec"].encoder.query_prefix, m["tool2vec"].encoder.doc_prefix, m["tool2vec"].usage_weight) == \
+        ("q: ", "", 0.5)
+    assert m["mlc"].encoder == Spec(name="enc-b", pooling="cls", normalize=False) and m["mlc"].states_dir == "acts"
+    assert m["refiner"].encoder.name == "enc-c" and m["refiner"].states_dir == "acts"
+    assert m["refiner"].first_stage == FirstStageSpec("runs/mlc", Spec(name="enc-x", cache_dir=None))
+    assert m["refiner"].vectors == VectorsSpec("description", Spec(name="enc-v", cache_dir=None))  # one cache, both
+    assert m["cross_encoder"].first_stage == FirstStageSpec("tool2vec", Spec(name="enc-x", cache_dir="emb"))
+    assert m["cross_encoder"].max_pair_length == 100
+    assert m["graph"].encoder == Spec(name="enc-g", cache_dir=None)
+    assert m["discriminator"].encoder == Spec(name="enc-d")
+    assert m["discriminator_schema"].encoder == Spec(name="enc-s", max_length=64, cache_dir=None)
+    for name, model in m.items():  # saved again: the new keys only, and they read back the same
+        saved = to_saved(_train_config(name))
+        assert not {"pooling", "normalize", "query_prefix", "tool_prefix", "cache_dir", "first_stage_encoder",
+                    "vector_encoder", "embed_max_length"} & set(saved["model"]), name
+        assert config_from_dict(saved).model == model
+
+
+def test_an_old_first_stage_by_name_builds_the_same_dense_retriever():
+    from toolgraph.retrieval.dense import DenseRetriever
+    from toolgraph.tasks.rerank import first_stage_spec
+
+    m = _train_config("refiner_by_name").model
+    old = {"name": "dense", "model": "enc-x", "tool_text": "default", "cache_dir": "emb"}  # what 48d5b50 built it from
+    assert DenseRetriever.parse_config(first_stage_spec(m)) == DenseRetriever.parse_config(old)
+    assert m.vectors.encoder == DenseRetriever.parse_config({"model": "enc-v", "cache_dir": "emb"}).encoder

@@ -122,3 +122,24 @@ def test_an_inline_retriever_takes_old_keys_over_new_ones_from_another_source(tm
     f.write_text("retriever:\n  name: t2a\n  dense: {name: dense, model: a, max_length: 128}\n")
     cfg = load_config(EvaluateConfig, [f], ["retriever.dense.encoder.name=b"])
     assert cfg.retriever.dense == {"name": "dense", "encoder": {"name": "b", "max_length": 128}}
+
+
+def test_task_sections_take_the_spec_its_shorthands_and_refuse_keys_they_do_not_read():
+    from toolgraph.config import TrainConfig
+
+    cfg = load_config(TrainConfig, [], ["model.name=refiner", "model.first_stage=runs/mlc", "model.vectors=description",
+                                        "model.vectors.encoder=runs/bi/retriever/encoder"])
+    m = cfg.model
+    assert (m.first_stage.source, m.vectors.kind, m.vectors.encoder.name) == ("runs/mlc", "description",
+                                                                               "runs/bi/retriever/encoder")
+    assert m.vector_encoder == "runs/bi/retriever/encoder"  # code's old attribute name reads the new key
+    for task, key in [("bi_encoder", "max_length"), ("mlc", "query_prefix"), ("refiner", "pooling"),
+                      ("graph", "doc_prefix"), ("discriminator", "cache_dir")]:
+        with pytest.raises(ConfigError, match=rf"model\.encoder\.{key}.*not read"):
+            load_config(TrainConfig, [], [f"model.name={task}", f"model.encoder.{key}=x" if "prefix" in key
+                                          else f"model.encoder.{key}={'cls' if key == 'pooling' else 64}"])
+    # what each task does read
+    bi = load_config(TrainConfig, [], ["model.name=bi_encoder", "model.encoder.pooling=cls", "model.tool_prefix='t: '"])
+    assert (bi.model.encoder.pooling, bi.model.encoder.doc_prefix) == ("cls", "t: ")
+    g = load_config(TrainConfig, [], ["model.name=graph", "model.encoder.cache_dir=null"])
+    assert g.model.encoder.cache_dir is None

@@ -38,8 +38,22 @@ def _run_encoder(folder: Path) -> str | None:
             except yaml.YAMLError:
                 return None
             model = config.get("model") if isinstance(config, dict) else None
-            return model.get("encoder") if isinstance(model, dict) else None
+            return _encoder_name(model) if isinstance(model, dict) else None
     return None
+
+
+def _encoder_name(model: dict) -> str | None:
+    """A run config's ``model.encoder``: a TextEncoderSpec dict (``name``), or a name (runs before issue 42)."""
+    encoder = model.get("encoder")
+    return encoder.get("name") if isinstance(encoder, dict) else encoder
+
+
+def _prefixes(model: dict) -> tuple[str | None, str | None]:
+    """(query prefix, tool document prefix) of a run config's ``model`` section, new keys or old."""
+    encoder = model.get("encoder")
+    if isinstance(encoder, dict):
+        return encoder.get("query_prefix"), encoder.get("doc_prefix")
+    return model.get("query_prefix"), model.get("tool_prefix")
 
 
 def base_models(encoder: str | None, depth: int = 6) -> list[str]:
@@ -103,7 +117,7 @@ def render_card(results: dict[str, Any], name: str, encoder_folder: bool = False
     model, data = config.get("model") or {}, config.get("data") or {}
     method, dataset = model.get("name", "retriever"), data.get("name", "unknown")
     split = data.get("test_split") or data.get("split") or "test"
-    chain = base_models(model.get("encoder"))
+    chain = base_models(_encoder_name(model))
     named = KNOWN_BASES.get(chain[-1]) if chain else None
     base = named[0] if named else (chain[-1] if chain else None)
     license_id = named[1] if named else "other"
@@ -120,10 +134,12 @@ def render_card(results: dict[str, Any], name: str, encoder_folder: bool = False
               "given a request, it ranks the catalog's tools so that the few the request needs come first."]
     if chain:
         lines += ["", "Started from: " + " → ".join(f"`{c}`" for c in reversed(chain)) + "."]
-    if model.get("first_stage"):
-        lines += ["", f"It reranks the candidates of a first stage: `{model['first_stage']}` (saved in this folder)."]
+    first = model.get("first_stage")
+    first = first.get("source") if isinstance(first, dict) else first
+    if first:
+        lines += ["", f"It reranks the candidates of a first stage: `{first}` (saved in this folder)."]
     lines += ["", "## Use", ""]
-    prompts = {k: v for k, v in (("query", model.get("query_prefix")), ("document", model.get("tool_prefix"))) if v}
+    prompts = {k: v for k, v in zip(("query", "document"), _prefixes(model), strict=True) if v}
     if encoder_folder:
         kw = ', prompt_name="query"' if "query" in prompts else ""
         lines += ["```python", "from sentence_transformers import SentenceTransformer", "",

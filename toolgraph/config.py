@@ -305,6 +305,16 @@ def encoder_spec(**values: Any) -> Callable[[], TextEncoderSpec]:
     return functools.partial(TextEncoderSpec, **values)
 
 
+def unread_keys(spec: Any, default: Any, keys: Sequence[str], why: str,
+                prefix: str = "encoder.") -> Iterator[tuple[str, str]]:
+    """``validate()`` rules of a section whose ``spec`` (e.g. its TextEncoderSpec) has keys the section
+    does not read (a training task truncates by ``data.*`` lengths): each one set off the section's
+    ``default`` is refused, saying ``why``, so no setting is silently ignored."""
+    for key in keys:
+        if getattr(spec, key) != getattr(default, key):
+            yield f"{prefix}{key}", f"is not read here ({why}); leave it out"
+
+
 # ---- evaluation ---------------------------------------------------------------------------------
 @dataclass
 class EvalConfig:
@@ -453,12 +463,17 @@ OPEN_SECTIONS = ("data.options",)
 # retriever config (a pipeline's first stage, an agent index's dense encoder): such a dict is renamed
 # by the class its ``name`` picks (in any source), so ``retriever.dense.model=x`` still merges into a
 # ``dense: {name: dense, encoder: {...}}`` written with the new keys.
-def renames_of(cls: type) -> dict[str, str]:
-    """``cls``'s ``renamed`` table with those of its bases (old key -> new key path)."""
-    out: dict[str, str] = {}
+def renames_of(cls: type) -> dict[str, str | tuple[str, ...]]:
+    """``cls``'s ``renamed`` table with those of its bases (old key -> new key path, or a tuple of paths
+    when one old setting became several, e.g. one cache for two encoders)."""
+    out: dict[str, str | tuple[str, ...]] = {}
     for c in reversed(cls.__mro__):
         out.update(vars(c).get("renamed", {}))
     return out
+
+
+def _targets(new: str | tuple[str, ...]) -> tuple[str, ...]:
+    return (new,) if isinstance(new, str) else tuple(new)
 
 
 def _dataclass_of(hint: Any) -> type | None:
@@ -503,22 +518,24 @@ def rename_keys(cls: type, data: dict, where: str, prefix: str = "", sections: M
     for key, sub in nested.items():
         if key in data and (value := _expand(sub, data[key])) is not data[key]:
             data[key], changed = value, True
-    for old, new in renames_of(cls).items():
+    for old, targets in renames_of(cls).items():
         if old not in data:
             continue
-        *path, last = new.split(".")
-        node, owner, walked = data, None, prefix
-        for i, part in enumerate(path):
-            sub = (nested if i == 0 else _sections_of(owner) if owner is not None else {}).get(part)
-            child = _expand(sub, node.get(part, {}))
-            if not isinstance(child, dict):
-                raise ConfigError(f"{where}: key '{prefix}{old}' is the old name of '{prefix}{new}', but "
-                                  f"'{walked}{part}' is {child!r}, not a section to move it into")
-            node[part], node, owner, walked = child, child, sub, f"{walked}{part}."
-        if last in node:
-            raise ConfigError(f"{where}: keys '{prefix}{old}' and '{prefix}{new}' are one setting ('{old}' is its "
-                              f"old name) and both are set; keep only '{prefix}{new}'")
-        node[last] = data.pop(old)
+        value = data.pop(old)
+        for new in _targets(targets):
+            *path, last = new.split(".")
+            node, owner, walked = data, None, prefix
+            for i, part in enumerate(path):
+                sub = (nested if i == 0 else _sections_of(owner) if owner is not None else {}).get(part)
+                child = _expand(sub, node.get(part, {}))
+                if not isinstance(child, dict):
+                    raise ConfigError(f"{where}: key '{prefix}{old}' is the old name of '{prefix}{new}', but "
+                                      f"'{walked}{part}' is {child!r}, not a section to move it into")
+                node[part], node, owner, walked = child, child, sub, f"{walked}{part}."
+            if last in node:
+                raise ConfigError(f"{where}: keys '{prefix}{old}' and '{prefix}{new}' are one setting ('{old}' is "
+                                  f"its old name) and both are set; keep only '{prefix}{new}'")
+            node[last] = value
         changed = True
     for key, sub in nested.items():
         if isinstance(data.get(key), dict):
@@ -564,9 +581,10 @@ def accepts_renamed(cls: type) -> type:
     may be built with the old keyword names of its ``renamed`` table, and a plain string for a section
     with a shorthand, as files may: ``DenseConfig(model="x", max_length=64)`` is
     ``DenseConfig(encoder=TextEncoderSpec(name="x", max_length=64, <the section's other encoder
-    defaults>))``; and each old name reads and sets its new key (``cfg.model`` is ``cfg.encoder.name``).
-    These aliases are not fields: the schema, and every file saved, has the new keys only. (A subclass
-    gets its own ``__init__`` from ``@dataclass``: decorate it too.)"""
+    defaults>))``; and an old name that moved into a nested section reads and sets its new key
+    (``cfg.model`` is ``cfg.encoder.name``; a plain rename such as ``cache_dir`` -> ``states_dir`` gets
+    no alias). These aliases are not fields: the schema, and every file saved, has the new keys only.
+    (A subclass gets its own ``__init__`` from ``@dataclass``: decorate it too.)"""
     init = cls.__init__
 
     @functools.wraps(init)
@@ -576,22 +594,28 @@ def accepts_renamed(cls: type) -> type:
     cls.__init__ = __init__  # type: ignore[method-assign]
     own = {f.name for f in fields(cls)}
     for old, new in renames_of(cls).items():
-        if "." not in old and old not in own and not any(old in vars(c) for c in cls.__mro__):
-            setattr(cls, old, _alias(new))
+        targets = _targets(new)
+        if "." not in old and old not in own and all("." in t for t in targets) \
+                and isinstance(getattr(cls, old, None), (property, type(None))):
+            setattr(cls, old, _alias(targets))  # (a subclass's table may map an old name elsewhere)
     return cls
 
 
-def _alias(path: str) -> property:
-    """A property reading and setting the dotted key ``path`` of its object."""
-    *parents, last = path.split(".")
+def _alias(paths: tuple[str, ...]) -> property:
+    """A property reading the dotted key ``paths[0]`` of its object and setting every one of ``paths``."""
 
-    def owner(obj: Any) -> Any:
+    def owner(obj: Any, path: str) -> tuple[Any, str]:
+        *parents, last = path.split(".")
         for part in parents:
             obj = getattr(obj, part)
-        return obj
+        return obj, last
 
-    return property(lambda self: getattr(owner(self), last), lambda self, value: setattr(owner(self), last, value),
-                    doc=f"the old name of ``{path}``")
+    def set_all(obj: Any, value: Any) -> None:
+        for path in paths:
+            setattr(*owner(obj, path), value)
+
+    return property(lambda self: getattr(*owner(self, paths[0])), set_all,
+                    doc=f"the old name of ``{', '.join(paths)}``")
 
 
 def _renamed_kwargs(cls: type, kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -599,16 +623,18 @@ def _renamed_kwargs(cls: type, kwargs: dict[str, Any]) -> dict[str, Any]:
     if not any(k in table or (k in nested and isinstance(v, (str, dict))) for k, v in kwargs.items()):
         return kwargs
     out, moved = dict(kwargs), {}
-    for old, new in table.items():
+    for old, targets in table.items():
         if old not in out:
             continue
-        head, _, rest = new.partition(".")
-        if not rest:
-            if head in out:
-                raise ConfigError(f"{cls.__name__}: '{old}' is the old name of '{new}'; give only '{new}'")
-            out[head] = out.pop(old)
-        else:
-            moved.setdefault(head, {})[rest] = out.pop(old)
+        value = out.pop(old)
+        for new in _targets(targets):
+            head, _, rest = new.partition(".")
+            if not rest:
+                if head in out:
+                    raise ConfigError(f"{cls.__name__}: '{old}' is the old name of '{new}'; give only '{new}'")
+                out[head] = value
+            else:
+                moved.setdefault(head, {})[rest] = value
     for key, sub in nested.items():
         if key not in out and key not in moved:
             continue
@@ -632,7 +658,8 @@ def _default_of(cls: type, name: str) -> Any:
 
 
 def _with(obj: Any, values: Mapping[str, Any]) -> Any:
-    """``obj`` (a dataclass instance) with ``values`` set; keys may be dotted paths into nested sections."""
+    """``obj`` (a dataclass instance) with ``values`` set; keys may be dotted paths into nested sections,
+    and a nested section may be given as a dict or as its shorthand string."""
     flat: dict[str, Any] = {}
     deeper: dict[str, dict[str, Any]] = {}
     for key, v in values.items():
@@ -641,6 +668,12 @@ def _with(obj: Any, values: Mapping[str, Any]) -> Any:
             deeper.setdefault(head, {})[rest] = v
         else:
             flat[head] = v
+    for key, v in list(flat.items()):
+        current = getattr(obj, key)
+        if is_dataclass(current) and not isinstance(current, type):
+            v = _expand(type(current), v)
+            if isinstance(v, dict):
+                flat[key] = _with(current, v)
     for head, sub in deeper.items():
         flat[head] = _with(flat.get(head, getattr(obj, head)), sub)
     return replace(obj, **flat)

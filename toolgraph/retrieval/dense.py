@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Literal
 import torch
 from safetensors.torch import save_file
 
-from toolgraph.config import TextEncoderSpec, ToolText, accepts_renamed, bounded
+from toolgraph.config import TextEncoderSpec, ToolText, accepts_renamed, bounded, encoder_spec
 from toolgraph.errors import ConfigError, DataError, ModelNotFoundError
 from toolgraph.nn.encoder import _MINILM as _NAMED
 from toolgraph.nn.encoder import GENERAL, TextEncoder, check_encoder_folder, load_backbone, model_prompts, resolve_model
@@ -317,27 +317,21 @@ class DenseRetriever(Retriever):
         self._cached_model = str(Path(cached).parent)
 
 
+@accepts_renamed
 @dataclass
 class NodeText:
-    """How graph node features are made: a frozen text encoder, read through the embedding cache."""
+    """How graph node features are made: a frozen text encoder (tool documents cut at
+    ``encoder.max_length``, queries at ``encoder.max_query_length``), read through its embedding cache."""
 
-    encoder: str = "all-MiniLM-L6-v2"
+    encoder: TextEncoderSpec = field(default_factory=encoder_spec(max_length=128, max_query_length=128))
     tool_text: ToolText = "default"
-    max_tool_length: int = 128
-    max_query_length: int = 128
-    cache_dir: str | None = ".cache/embeddings"
+
+    renamed: ClassVar[dict[str, str]] = NODE_TEXT_KEYS
 
 
-def text_embedder(cfg: NodeText) -> DenseRetriever:
+def text_embedder(cfg: Any) -> DenseRetriever:
     """A DenseRetriever used only for its cached ``embed`` (texts -> [n, D]): the text side of the
     graph retrievers and of ``data.graph.build_graph`` (with a bar while it encodes; the server's
-    ``embedding_cache_off`` encodes quietly)."""
-    return DenseRetriever(DenseConfig(encoder=TextEncoderSpec(name=cfg.encoder, max_length=cfg.max_tool_length,
-                                                              max_query_length=cfg.max_query_length,
-                                                              cache_dir=cfg.cache_dir), tool_text=cfg.tool_text))
-
-
-def text_embedder_for(cfg: Any) -> DenseRetriever:
-    """The embedder of a section with an ``encoder`` (TextEncoderSpec) and a ``tool_text``: a graph
-    retriever's node text."""
+    ``embedding_cache_off`` encodes quietly). ``cfg``: a NodeText, or any section with an ``encoder``
+    (TextEncoderSpec) and a ``tool_text`` (the gnn and losemb retrievers')."""
     return DenseRetriever(DenseConfig(encoder=cfg.encoder, tool_text=cfg.tool_text))

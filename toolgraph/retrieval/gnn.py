@@ -21,7 +21,7 @@ from toolgraph.errors import DataError
 from toolgraph.nn.storage import read_matrix, read_tensors
 from toolgraph.registry import RETRIEVERS
 from toolgraph.retrieval.base import Retriever, RetrieverConfig
-from toolgraph.retrieval.dense import NODE_TEXT_KEYS, text_embedder_for
+from toolgraph.retrieval.dense import NODE_TEXT_KEYS, text_embedder
 
 if TYPE_CHECKING:
     from toolgraph.nn.gnn import GraphEncoder
@@ -64,7 +64,7 @@ class GNNRetriever(Retriever):
     @property
     def embedder(self):
         if self._embedder is None:
-            self._embedder = text_embedder_for(self.config)
+            self._embedder = text_embedder(self.config)
         return self._embedder
 
     @torch.no_grad()

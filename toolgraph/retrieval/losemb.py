@@ -56,7 +56,7 @@ from toolgraph.errors import ConfigError, DataError
 from toolgraph.nn.storage import read_matrix, read_tensors
 from toolgraph.registry import RETRIEVERS
 from toolgraph.retrieval.base import Retriever, RetrieverConfig
-from toolgraph.retrieval.dense import NODE_TEXT_KEYS, text_embedder_for
+from toolgraph.retrieval.dense import NODE_TEXT_KEYS, text_embedder
 
 
 @accepts_renamed
@@ -109,7 +109,7 @@ class LoSemBRetriever(Retriever):
     @property
     def embedder(self):
         if self._embedder is None:
-            self._embedder = text_embedder_for(self.config)
+            self._embedder = text_embedder(self.config)
         return self._embedder
 
     def _queries_x(self, texts: Sequence[str]) -> torch.Tensor:

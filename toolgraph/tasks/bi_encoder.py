@@ -26,14 +26,23 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import torch
 
-from toolgraph.config import TaskConfig, TextDataConfig, ToolText, bounded
+from toolgraph.config import (
+    TaskConfig,
+    TextDataConfig,
+    TextEncoderSpec,
+    ToolText,
+    accepts_renamed,
+    bounded,
+    encoder_spec,
+    unread_keys,
+)
 from toolgraph.data.schema import Tool, ToolDataset
 from toolgraph.data.sources.mixture import source_groups
 from toolgraph.data.text import ToolTextDataModule
@@ -55,14 +64,24 @@ from toolgraph.retrieval.encode import encode_texts
 from toolgraph.retrieval.loading import load
 from toolgraph.tasks.base import RetrievalTask
 
+# the encoder a bi-encoder trains: no prefix unless one is given (a model folder's prompts are not read)
+TRAINED_ENCODER = encoder_spec(query_prefix="", doc_prefix="")
+UNREAD = ("max_length", "max_query_length", "cache_dir")  # a task truncates by data.*; no embedding cache
+WHY = "a training task truncates by data.max_query_length, data.max_tool_length and data.eval_max_query_length"
 
+
+@accepts_renamed
 @dataclass
 class BiEncoderConfig(FrozenBottomConfig, TaskConfig):
-    renamed: ClassVar[dict[str, str]] = {"cache_dir": "states_dir"}  # the activation cache's older name
+    # the activation cache's older name; the encoder's keys before they became one spec (issue 42)
+    renamed: ClassVar[dict[str, str]] = {"cache_dir": "states_dir", "pooling": "encoder.pooling",
+                                         "normalize": "encoder.normalize", "query_prefix": "encoder.query_prefix",
+                                         "tool_prefix": "encoder.doc_prefix"}
     name: str = "bi_encoder"
-    encoder: str = "all-MiniLM-L6-v2"  # HF id or local folder
-    pooling: Literal["mean", "cls"] = "mean"
-    normalize: bool = True
+    # the encoder trained: name (HF id or local folder), pooling, normalize, and query_prefix / doc_prefix:
+    # instruction-style text before every query / tool document (e.g. "query: "), in training and
+    # inference, saved as the exported encoder's prompts. Its lengths are data.*'s.
+    encoder: TextEncoderSpec = field(default_factory=TRAINED_ENCODER)
     shared: bool = True  # one encoder for queries and tools; false = two towers
     temperature: float = bounded(0.05, gt=0)
     tool_text: ToolText = "default"
@@ -78,12 +97,16 @@ class BiEncoderConfig(FrozenBottomConfig, TaskConfig):
     grad_tools: int = bounded(0, ge=0)  # full_catalog: at most this many batch tools with gradient a step (0 = all)
     grad_cache: int = bounded(0, ge=0)  # GradCache: chunks of this many texts (0 = off); single process only
     wise: float | None = bounded(None, ge=0, le=1)  # export alpha*trained + (1-alpha)*pretrained weights (WiSE-FT)
-    query_prefix: str = ""  # instruction-style text before every query, e.g. "query: " (training and inference)
-    tool_prefix: str = ""  # ... before every tool document, e.g. "tool: "; both saved as the encoder's prompts
 
     def validate(self):
         if self.multi_positive and self.loss != "full_catalog":
             yield "multi_positive", "needs loss: full_catalog (in-batch negatives have one positive column per query)"
+        yield from unread_keys(self.encoder, TRAINED_ENCODER(), UNREAD, WHY)
+
+    @property
+    def prefixes(self) -> tuple[str, str]:
+        """(query prefix, tool document prefix) as trained with ("" for none)."""
+        return self.encoder.query_prefix or "", self.encoder.doc_prefix or ""
 
 
 @TASKS.register("bi_encoder")
@@ -92,13 +115,13 @@ class BiEncoderTask(RetrievalTask):
 
     def build(self, artifacts: dict[str, Any] | None) -> None:
         m = self.model_cfg
-        backbone, self.tokenizer = load_or_restore(m.encoder, artifacts and artifacts["query"])
-        self.query_encoder = TextEncoder(backbone, m.pooling, m.normalize)
+        backbone, self.tokenizer = load_or_restore(m.encoder.name, artifacts and artifacts["query"])
+        self.query_encoder = TextEncoder(backbone, m.encoder.pooling, m.encoder.normalize)
         if m.shared:
             self.doc_encoder = self.query_encoder
         else:
             doc_backbone = backbone_from_artifacts(artifacts["doc"])[0] if artifacts else copy.deepcopy(backbone)
-            self.doc_encoder = TextEncoder(doc_backbone, m.pooling, m.normalize)
+            self.doc_encoder = TextEncoder(doc_backbone, m.encoder.pooling, m.encoder.normalize)
         self.tool_vectors: torch.Tensor | None = None
         self.tool_texts: list[str] = []
         self.catalog: list[Tool] = [Tool(**t) for t in artifacts["tools"]] if artifacts else []
@@ -114,8 +137,9 @@ class BiEncoderTask(RetrievalTask):
         m = self.model_cfg
         if m.instret:
             ds = instret_augment(ds, m.instret_queries)
+        query_prefix, tool_prefix = m.prefixes
         dm = ToolTextDataModule(ds, data_cfg, self.tokenizer, tool_text_style=m.tool_text, seed=seed,
-                                query_prefix=m.query_prefix, tool_prefix=m.tool_prefix)
+                                query_prefix=query_prefix, tool_prefix=tool_prefix)
         if m.hard_negatives:
             dm.hard_negatives = mine_hard_negatives(dm, m.hard_negative_source, m.hard_negative_depth, m.tool_text)
         self.tool_texts = dm.tool_texts
@@ -195,7 +219,7 @@ class BiEncoderTask(RetrievalTask):
         alpha = self.model_cfg.wise
         if alpha is not None and alpha != 1:
             for enc in {id(e): e for e in (self.query_encoder, self.doc_encoder)}.values():
-                interpolate_weights(enc.backbone, self.model_cfg.encoder, alpha)
+                interpolate_weights(enc.backbone, self.model_cfg.encoder.name, alpha)
         return super().finish(out, dm, extra)
 
     # ---- retrieval ----------------------------------------------------------------------------
@@ -218,12 +242,10 @@ class BiEncoderTask(RetrievalTask):
 
     def as_retriever(self, tools: list[Tool] | None = None) -> Any:
         """The trained encoder as an in-memory DenseRetriever over ``tools`` (default: the catalog)."""
-        m, d = self.model_cfg, self.cfg.data
+        m = self.model_cfg
         if not m.shared:
             raise ConfigError("two-tower bi-encoders cannot become a single-encoder DenseRetriever; use shared: true")
-        cfg = DenseConfig(model="encoder", pooling=m.pooling, normalize=m.normalize, max_length=d.max_tool_length,
-                          query_max_length=d.eval_max_query_length, tool_text=m.tool_text, cache_dir=None,
-                          query_prefix=m.query_prefix, doc_prefix=m.tool_prefix)
+        cfg = DenseConfig(encoder=self.retriever_encoder(), tool_text=m.tool_text)
         r = DenseRetriever(cfg, encoder=copy.deepcopy(self.query_encoder).cpu().eval(), tokenizer=self.tokenizer)
         r.index(self.catalog if tools is None else tools)
         return r
@@ -232,7 +254,18 @@ class BiEncoderTask(RetrievalTask):
         return self.query_encoder, self.cfg.data.max_tool_length
 
     def exported_prompts(self) -> dict[str, str]:
-        return {"query": self.model_cfg.query_prefix, "document": self.model_cfg.tool_prefix}
+        query_prefix, tool_prefix = self.model_cfg.prefixes
+        return {"query": query_prefix, "document": tool_prefix}
+
+    def retriever_encoder(self) -> TextEncoderSpec:
+        """The trained encoder's spec in the exported retriever: its folder ``encoder``, the run's
+        lengths (tool documents: data.max_tool_length; queries kept long: data.eval_max_query_length),
+        the prefixes trained with, no embedding cache (the vectors are saved)."""
+        d = self.cfg.data
+        query_prefix, tool_prefix = self.model_cfg.prefixes
+        return replace(self.model_cfg.encoder, name="encoder", max_length=d.max_tool_length,
+                       max_query_length=d.eval_max_query_length, query_prefix=query_prefix, doc_prefix=tool_prefix,
+                       cache_dir=None)
 
 
 def instret_augment(ds: ToolDataset, n: int) -> ToolDataset:

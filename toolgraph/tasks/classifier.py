@@ -16,12 +16,20 @@ warm start, so the head is learnt over vectors that already separate tools.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Literal
 
 import torch
 
-from toolgraph.config import TaskConfig, TextDataConfig, bounded
+from toolgraph.config import (
+    TaskConfig,
+    TextDataConfig,
+    TextEncoderSpec,
+    accepts_renamed,
+    bounded,
+    encoder_spec,
+    unread_keys,
+)
 from toolgraph.data.schema import Tool, ToolDataset
 from toolgraph.data.text import LabelDataModule
 from toolgraph.nn.encoder import TextEncoder, backbone_artifacts, load_or_restore
@@ -32,16 +40,26 @@ from toolgraph.registry import TASKS
 from toolgraph.retrieval.classifier import ClassifierRetriever, ClassifierRetrieverConfig
 from toolgraph.tasks.base import RetrievalTask
 
+# the head reads unnormalised vectors; no prefixes
+CLASSIFIER_ENCODER = encoder_spec(normalize=False)
 
+
+@accepts_renamed
 @dataclass
 class ClassifierConfig(FrozenBottomConfig, TaskConfig):
-    renamed: ClassVar[dict[str, str]] = {"cache_dir": "states_dir"}  # the activation cache's older name
+    # the activation cache's older name; the encoder's keys before they became one spec (issue 42)
+    renamed: ClassVar[dict[str, str]] = {"cache_dir": "states_dir", "pooling": "encoder.pooling"}
     name: str = "mlc"
-    encoder: str = "all-MiniLM-L6-v2"
-    pooling: Literal["mean", "cls"] = "mean"
+    encoder: TextEncoderSpec = field(default_factory=CLASSIFIER_ENCODER)  # name, pooling, normalize (lengths: data.*)
     loss: Literal["bce", "softmax"] = "bce"  # see module docstring
     head_lr: float | None = bounded(1.0e-3, gt=0)  # null: optim.lr
     dropout: float = bounded(0.1, ge=0, lt=1)
+
+    def validate(self):
+        yield from unread_keys(self.encoder, CLASSIFIER_ENCODER(),
+                               ("max_length", "max_query_length", "cache_dir", "query_prefix", "doc_prefix"),
+                               "the classifier reads queries alone, truncated by data.max_query_length and "
+                               "data.eval_max_query_length, without a prefix")
 
 
 @TASKS.register("mlc")
@@ -50,8 +68,8 @@ class ClassifierTask(RetrievalTask):
 
     def build(self, artifacts: dict[str, Any] | None) -> None:
         m = self.model_cfg
-        backbone, self.tokenizer = load_or_restore(m.encoder, artifacts and artifacts["query"])
-        self.encoder = TextEncoder(backbone, m.pooling, normalize=False)
+        backbone, self.tokenizer = load_or_restore(m.encoder.name, artifacts and artifacts["query"])
+        self.encoder = TextEncoder(backbone, m.encoder.pooling, m.encoder.normalize)
         self.catalog: list[Tool] = []
         self.model: ToolClassifier | None = None
         self.frozen = FrozenBottom(m, self.encoder.backbone)
@@ -100,8 +118,8 @@ class ClassifierTask(RetrievalTask):
 
     def as_retriever(self, tools: list[Tool] | None = None) -> Any:
         m, d = self.model_cfg, self.cfg.data
-        cfg = ClassifierRetrieverConfig(pooling=m.pooling, max_length=d.eval_max_query_length,
-                                        query_max_length=d.eval_max_query_length, cache_dir=None)
+        cfg = ClassifierRetrieverConfig(encoder=replace(m.encoder, name="encoder", max_length=d.eval_max_query_length,
+                                                        max_query_length=d.eval_max_query_length, cache_dir=None))
         r = ClassifierRetriever(cfg, encoder=copy.deepcopy(self.encoder).cpu().eval(), tokenizer=self.tokenizer,
                                 head=self.model.head, head_tools=[t.id for t in self.catalog])
         r.index(self.catalog if tools is None else tools)

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from toolgraph.config import bounded
+from toolgraph.config import accepts_renamed, bounded
 from toolgraph.nn.encoder import backbone_artifacts, load_or_restore
 from toolgraph.nn.rerankers import PairScorer
 from toolgraph.registry import TASKS
@@ -21,6 +21,7 @@ from toolgraph.retrieval.rerankers import CrossEncoderReranker, CrossEncoderRera
 from toolgraph.tasks.rerank import RerankConfig, RerankTask
 
 
+@accepts_renamed
 @dataclass
 class CrossEncoderConfig(RerankConfig):
     name: str = "cross_encoder"
@@ -34,7 +35,7 @@ class CrossEncoderTask(RerankTask):
     Config = CrossEncoderConfig
 
     def build_network(self, artifacts: dict[str, Any] | None) -> None:
-        backbone, self.tokenizer = load_or_restore(self.model_cfg.encoder, artifacts and artifacts["query"])
+        backbone, self.tokenizer = load_or_restore(self.model_cfg.encoder.name, artifacts and artifacts["query"])
         self.network = PairScorer(backbone, self.model_cfg.dropout)
         self._docs: list[str] = []
 

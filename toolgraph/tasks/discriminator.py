@@ -19,7 +19,7 @@ schema features instead (``tasks/discriminator_schema.py``) and shares everythin
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torchmetrics.classification import MulticlassConfusionMatrix
 
-from toolgraph.config import TaskConfig, bounded
+from toolgraph.config import TaskConfig, TextEncoderSpec, accepts_renamed, bounded, unread_keys
 from toolgraph.data.tdi import LABEL_INDEX, LABELS, TDIConfig, build_tdi, read_tdi
 from toolgraph.errors import ConfigError
 from toolgraph.nn.calibration import edge_threshold, fit_temperature, reliability
@@ -42,10 +42,12 @@ from toolgraph.tasks.base import Task
 DEPENDENCY_CLASSES = ("a_needs_b", "b_needs_a")
 
 
+@accepts_renamed
 @dataclass
 class DiscriminatorConfig(TaskConfig):
     name: str = "discriminator"
-    encoder: str = "all-MiniLM-L6-v2"
+    # the cross-encoder's backbone (its name; a pair of documents is cut at max_pair_length)
+    encoder: TextEncoderSpec = field(default_factory=TextEncoderSpec)
     stage: Literal["pretrain", "finetune"] = "finetune"  # balanced set | real class ratio
     init_from: str | None = None  # a pretrain-stage .ckpt or run folder; None: start from the encoder
     loss: Literal["ce", "category_avg"] | None = None  # default: ce for pretrain, category_avg for finetune
@@ -53,6 +55,11 @@ class DiscriminatorConfig(TaskConfig):
     max_pair_length: int = bounded(128, ge=1)  # both documents together (longest truncated first)
     dropout: float = bounded(0.1, ge=0, lt=1)
     head_lr: float | None = bounded(1.0e-3, gt=0)
+
+    def validate(self):
+        yield from unread_keys(self.encoder, TextEncoderSpec(), ("pooling", "normalize", "max_length",
+                               "max_query_length", "query_prefix", "doc_prefix", "cache_dir"),
+                               "the cross-encoder reads only encoder.name; pairs are cut at max_pair_length")
 
 
 def classification_report(confusion: torch.Tensor) -> dict[str, float]:
@@ -85,7 +92,7 @@ class DiscriminatorTask(Task):
 
     def build(self, artifacts: dict[str, Any] | None) -> None:
         m = self.model_cfg
-        backbone, self.tokenizer = load_or_restore(m.encoder, artifacts and artifacts["encoder"])
+        backbone, self.tokenizer = load_or_restore(m.encoder.name, artifacts and artifacts["encoder"])
         self.network = PairScorer(backbone, m.dropout, outputs=len(LABELS))
         previous = self.previous_stage(artifacts)
         if previous is not None:

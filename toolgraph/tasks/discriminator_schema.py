@@ -11,12 +11,12 @@ for graph construction — is ``DiscriminatorTask``'s.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Literal
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
 
 import torch
 
-from toolgraph.config import bounded
+from toolgraph.config import TextEncoderSpec, accepts_renamed, bounded, encoder_spec, unread_keys
 from toolgraph.data.pairs import FeatureCollator, FeaturePairDataModule
 from toolgraph.data.tdi import Pair, tool_fields
 from toolgraph.errors import ConfigError
@@ -27,15 +27,26 @@ from toolgraph.retrieval.dense import DenseConfig, DenseRetriever
 from toolgraph.tasks.discriminator import DiscriminatorConfig, DiscriminatorTask, load_tdi
 
 
+@accepts_renamed
 @dataclass
 class SchemaDiscriminatorConfig(DiscriminatorConfig):
+    renamed: ClassVar[dict[str, str]] = {"embed_max_length": "encoder.max_length",  # before the encoder was one spec
+                                         "cache_dir": "encoder.cache_dir"}
     name: str = "discriminator_schema"
+    # the frozen encoder of the field texts: name, pooling, normalize, max_length (tokens per field text,
+    # >= 8) and cache_dir (its embedding cache)
+    encoder: TextEncoderSpec = field(default_factory=encoder_spec(max_length=128))
     hidden: int = bounded(64, ge=1)
     dropout: float = bounded(0.2, ge=0, lt=1)
     vectors: Literal["none", "symmetric"] = "none"  # also the documents' u*v and |u-v| (order-free)
-    embed_max_length: int = bounded(128, ge=8)
-    cache_dir: str | None = ".cache/embeddings"  # frozen-encoder vectors of the field texts
     head_lr: float | None = None  # one learning rate: the head is all that trains
+
+    def validate(self):
+        if self.encoder.max_length < 8:
+            yield "encoder.max_length", f"must be >= 8 (tokens per field text), got {self.encoder.max_length}"
+        yield from unread_keys(self.encoder, encoder_spec(max_length=128)(),
+                               ("max_query_length", "query_prefix", "doc_prefix"),
+                               "field texts are encoded as they are, cut at encoder.max_length")
 
 
 @TASKS.register("discriminator_schema")
@@ -44,8 +55,8 @@ class SchemaDiscriminatorTask(DiscriminatorTask):
 
     def build(self, artifacts: dict[str, Any] | None) -> None:
         m = self.model_cfg
-        backbone, self.tokenizer = load_or_restore(m.encoder, artifacts and artifacts["encoder"])
-        self.encoder = TextEncoder(backbone).requires_grad_(False).eval()
+        backbone, self.tokenizer = load_or_restore(m.encoder.name, artifacts and artifacts["encoder"])
+        self.encoder = TextEncoder(backbone, m.encoder.pooling, m.encoder.normalize).requires_grad_(False).eval()
         dim = 2 * self.encoder.dim if m.vectors == "symmetric" else 0
         self.head = SchemaPairHead(dim, m.hidden, m.dropout)
         self.scaled = artifacts is not None  # a checkpoint carries its feature scale
@@ -74,8 +85,7 @@ class SchemaDiscriminatorTask(DiscriminatorTask):
         """Frozen-encoder vectors [n, H] through the dense retriever's embedding cache (the same
         cache, keys and batching as every other frozen-encoder embedding)."""
         m = self.model_cfg
-        dense = DenseRetriever(DenseConfig(model=m.encoder, max_length=m.embed_max_length, cache_dir=m.cache_dir,
-                                           batch_size=self.cfg.data.eval_batch_size,
+        dense = DenseRetriever(DenseConfig(encoder=m.encoder, batch_size=self.cfg.data.eval_batch_size,
                                            device="cuda" if self.device.type == "cuda" else "cpu"),
                                self.encoder, self.tokenizer)
         return dense.embed(texts, "embedding tool fields")

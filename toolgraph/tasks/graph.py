@@ -13,15 +13,15 @@ negative. Validation is full-corpus retrieval of the val queries (isolated nodes
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import lightning as L
 import torch
 import torch.nn.functional as F
 
-from toolgraph.config import TaskConfig, ToolText, bounded
+from toolgraph.config import TaskConfig, TextEncoderSpec, ToolText, accepts_renamed, bounded, unread_keys
 from toolgraph.data import prepare_dataset
 from toolgraph.data.graph import (
     EDGE_KINDS,
@@ -41,8 +41,10 @@ from toolgraph.retrieval.gnn import GNNConfig, GNNRetriever
 from toolgraph.tasks.base import RetrievalTask
 
 
+@accepts_renamed
 @dataclass
 class GraphTaskConfig(TaskConfig):
+    renamed: ClassVar[dict[str, str]] = {"cache_dir": "encoder.cache_dir"}  # before the encoder was one spec
     name: str = "graph"
     gnn: Literal["lightgcn", "gat", "sage"] = "lightgcn"
     layers: int = bounded(2, ge=0)
@@ -51,13 +53,20 @@ class GraphTaskConfig(TaskConfig):
     dropout: float = bounded(0.1, ge=0, lt=1)
     loss: Literal["infonce", "bpr"] = "infonce"
     temperature: float = bounded(0.05, gt=0)
-    encoder: str = "all-MiniLM-L6-v2"  # frozen; node features
+    # the frozen encoder of the node features: name, pooling, normalize, cache_dir (its embedding cache);
+    # node texts are truncated by data.max_tool_length / data.eval_max_query_length
+    encoder: TextEncoderSpec = field(default_factory=TextEncoderSpec)
     tool_text: ToolText = "default"
     edges: list[Literal["invokes", "depends_on", "belongs_to"]] = field(default_factory=lambda: list(EDGE_KINDS))
     dependencies: str = "gold"  # gold (the dataset's) | an edges.jsonl / graph folder from `toolgraph graph build`
     dependency_threshold: float = bounded(0.5, ge=0, le=1)
     hide_batch_edges: bool = True  # score training queries as isolated nodes (as at test time)
-    cache_dir: str | None = ".cache/embeddings"
+
+    def validate(self):
+        yield from unread_keys(self.encoder, TextEncoderSpec(),
+                               ("max_length", "max_query_length", "query_prefix", "doc_prefix"),
+                               "node texts are truncated by data.max_tool_length and data.eval_max_query_length, "
+                               "without a prefix")
 
 
 def text_dim(encoder: str) -> int:
@@ -72,7 +81,7 @@ class GraphTask(RetrievalTask):
 
     def build(self, artifacts: dict[str, Any] | None) -> None:
         m = self.model_cfg
-        self.dim = int(artifacts["dim"]) if artifacts else text_dim(m.encoder)
+        self.dim = int(artifacts["dim"]) if artifacts else text_dim(m.encoder.name)
         self.gnn = build_gnn(m.gnn, self.dim, m.layers, m.hidden, m.heads, m.dropout)
         self.graph: ToolGraph | None = None
         self._x: dict[str, torch.Tensor] = {}  # the graph on this module's device (moved once)
@@ -80,9 +89,10 @@ class GraphTask(RetrievalTask):
         self._scored: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def node_text(self) -> NodeText:
+        """The node features' encoder with this run's lengths (tool documents, queries kept long)."""
         d = self.cfg.data
-        return NodeText(self.model_cfg.encoder, self.model_cfg.tool_text, d.max_tool_length,
-                        d.eval_max_query_length, self.model_cfg.cache_dir)
+        spec = replace(self.model_cfg.encoder, max_length=d.max_tool_length, max_query_length=d.eval_max_query_length)
+        return NodeText(encoder=spec, tool_text=self.model_cfg.tool_text)
 
     # ---- data ---------------------------------------------------------------------------------
     def build_graph(self, ds: ToolDataset) -> ToolGraph:
@@ -154,9 +164,9 @@ class GraphTask(RetrievalTask):
         """The trained GNN as an in-memory ``gnn`` retriever. From a bare checkpoint
         (``toolgraph.load(best.ckpt)``) the graph is rebuilt from the run's data section (cached
         features); the catalog is that graph's tools unless ``tools`` is given."""
-        m, d = self.model_cfg, self.cfg.data
+        m = self.model_cfg
         if self.graph is None:
-            self.graph = self.build_graph(prepare_dataset(d))
+            self.graph = self.build_graph(prepare_dataset(self.cfg.data))
         was_training = self.gnn.training
         self.gnn.eval()
         with torch.no_grad():
@@ -164,9 +174,8 @@ class GraphTask(RetrievalTask):
             tool_out = self.gnn(x, edges)["tool"].cpu()
         self.gnn.train(was_training)
         graph_tools = {t.id: v for t, v in zip(self.graph.tools, tool_out, strict=True)}
-        cfg = GNNConfig(gnn=m.gnn, dim=self.dim, layers=m.layers, hidden=m.hidden, heads=m.heads, encoder=m.encoder,
-                        tool_text=m.tool_text, max_tool_length=d.max_tool_length,
-                        max_query_length=d.eval_max_query_length, cache_dir=m.cache_dir)
+        cfg = GNNConfig(gnn=m.gnn, dim=self.dim, layers=m.layers, hidden=m.hidden, heads=m.heads,
+                        encoder=self.node_text().encoder, tool_text=m.tool_text)
         r = GNNRetriever(cfg, copy.deepcopy(self.gnn).cpu().eval(), graph_tools)
         r.index(self.graph.tools if tools is None else tools)
         return r

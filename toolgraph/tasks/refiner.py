@@ -9,7 +9,7 @@ small random config.
 Fast training (docs/usage-and-rerank.md): ``freeze_layers: K`` freezes the embeddings and the first K
 layers, which read the query alone (the candidate slots join at layer K, ``ToolRefiner.slot_layer``),
 and caches their outputs for every training query (``nn.frozen.FrozenBottom``), so an epoch runs only the layers
-where query and candidates meet. ``model.encoder`` and ``vector_encoder`` may be a fine-tuned encoder
+where query and candidates meet. ``model.encoder`` and ``model.vectors.encoder`` may be a fine-tuned encoder
 folder (a fast bi-encoder run's ``retriever/encoder``): a warm start, and tool vectors that already
 separate tools. ``learn_tool_vectors: true`` trains an offset per catalog tool on top of its vector
 (``ToolRefiner.learned_tools``, at ``head_lr``): the refiner gets per-tool capacity as the MLC has,
@@ -19,11 +19,12 @@ and the exported reranker keeps the offsets (a tool added later gets its plain v
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
-from typing import Any, Literal
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
 
 import torch
 
+from toolgraph.config import TextEncoderSpec, accepts_renamed, to_dict
 from toolgraph.data import prepare_dataset
 from toolgraph.data.rerank import RerankDataModule
 from toolgraph.data.schema import ToolDataset
@@ -38,10 +39,26 @@ from toolgraph.tasks.rerank import RerankConfig, RerankTask, first_stage_spec
 
 
 @dataclass
+class VectorsSpec:
+    """Where the refiner's tool vectors come from: ``kind`` tool2vec (the mean of a tool's training-query
+    vectors) or description (its document's vector), both by the frozen ``encoder``. A plain string is
+    the kind."""
+
+    shorthand: ClassVar[str] = "kind"
+
+    kind: Literal["tool2vec", "description"] = "tool2vec"
+    encoder: TextEncoderSpec = field(default_factory=TextEncoderSpec)  # cache_dir: its embedding cache
+
+
+@accepts_renamed
+@dataclass
 class RefinerConfig(FrozenBottomConfig, RerankConfig):
+    # before the first stage and the vectors were nested specs (issue 42): one cache_dir served both
+    renamed: ClassVar[dict[str, str | tuple[str, ...]]] = {
+        "vector_encoder": "vectors.encoder.name",
+        "cache_dir": ("first_stage.encoder.cache_dir", "vectors.encoder.cache_dir")}
     name: str = "refiner"
-    vectors: Literal["tool2vec", "description"] = "tool2vec"  # tool2vec: mean of training-query vectors
-    vector_encoder: str = "all-MiniLM-L6-v2"  # encodes the tool vectors (frozen)
+    vectors: VectorsSpec = field(default_factory=VectorsSpec)
     # freeze_layers (FrozenBottomConfig): the candidate slots join the query at layer K
     learn_tool_vectors: bool = False  # a trainable offset per catalog tool added to its (fixed) vector
 
@@ -52,7 +69,7 @@ class RefinerTask(RerankTask):
 
     def build_network(self, artifacts: dict[str, Any] | None) -> None:
         m = self.model_cfg
-        self.backbone, self.tokenizer = load_or_restore(m.encoder, artifacts and artifacts["query"])
+        self.backbone, self.tokenizer = load_or_restore(m.encoder.name, artifacts and artifacts["query"])
         self.network: ToolRefiner | None = None
         self.vectors: Retriever | None = None
         self.frozen = FrozenBottom(m, self.backbone)
@@ -68,8 +85,8 @@ class RefinerTask(RerankTask):
 
     def _vector_spec(self) -> dict[str, Any]:
         m = self.model_cfg
-        return {"name": "tool2vec" if m.vectors == "tool2vec" else "dense", "model": m.vector_encoder,
-                "tool_text": m.tool_text, "cache_dir": m.cache_dir}
+        return {"name": "tool2vec" if m.vectors.kind == "tool2vec" else "dense", "encoder": to_dict(m.vectors.encoder),
+                "tool_text": m.tool_text}
 
     def prepare_tools(self, ds: ToolDataset, dm: RerankDataModule) -> None:
         self._query_texts = [q.text for q in dm.train_queries]

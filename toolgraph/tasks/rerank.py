@@ -12,12 +12,21 @@ from __future__ import annotations
 from abc import abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 from omegaconf import OmegaConf
 
-from toolgraph.config import TaskConfig, TextDataConfig, ToolText, bounded
+from toolgraph.config import (
+    TaskConfig,
+    TextDataConfig,
+    TextEncoderSpec,
+    ToolText,
+    accepts_renamed,
+    bounded,
+    to_dict,
+    unread_keys,
+)
 from toolgraph.data import prepare_dataset
 from toolgraph.data.rerank import RerankDataModule
 from toolgraph.data.schema import Tool, ToolDataset
@@ -30,10 +39,34 @@ from toolgraph.tasks.base import RetrievalTask
 
 
 @dataclass
+class FirstStageSpec:
+    """The first stage whose candidates a reranker reorders: ``source`` is ``bm25``, ``dense`` or
+    ``tool2vec`` (built over ``encoder``, fitted on the run's training data), or a saved retriever, run
+    folder or .ckpt (used as it is; ``encoder`` is then not read). A plain string is the source:
+    ``model.first_stage=runs/mlc_toollens_fast``."""
+
+    shorthand: ClassVar[str] = "source"
+
+    source: str = "tool2vec"
+    encoder: TextEncoderSpec = field(default_factory=TextEncoderSpec)  # a first stage by name; cache_dir: its cache
+
+    def spec(self, tool_text: str) -> Any:
+        """What ``resolve_retriever`` builds the first stage from (a retriever config dict, or the path)."""
+        if self.source in ("tool2vec", "dense"):
+            return {"name": self.source, "encoder": to_dict(self.encoder), "tool_text": tool_text}
+        if self.source == "bm25":
+            return {"name": "bm25", "tool_text": tool_text}
+        return self.source
+
+
+@accepts_renamed
+@dataclass
 class RerankConfig(TaskConfig):
-    encoder: str = "all-MiniLM-L6-v2"
-    first_stage: str = "tool2vec"  # bm25 | dense | tool2vec | a saved retriever, run folder or .ckpt
-    first_stage_encoder: str = "all-MiniLM-L6-v2"  # for a first stage given by name
+    # the keys before the first stage became one nested spec (issue 42): cache_dir was its embedding cache
+    renamed: ClassVar[dict[str, str | tuple[str, ...]]] = {"first_stage_encoder": "first_stage.encoder.name",
+                                                           "cache_dir": "first_stage.encoder.cache_dir"}
+    encoder: TextEncoderSpec = field(default_factory=TextEncoderSpec)  # the reranker's backbone (its name)
+    first_stage: FirstStageSpec = field(default_factory=FirstStageSpec)
     tool_text: ToolText = "default"
     candidates: int = bounded(32, ge=1)  # N: candidates per training query
     eval_candidates: int | None = bounded(None, ge=1)  # N at val/test/export (default: candidates)
@@ -43,7 +76,6 @@ class RerankConfig(TaskConfig):
     loss: Literal["softmax", "bce"] = "softmax"  # softmax over candidates with a multi-hot target | bce per candidate
     head_lr: float | None = bounded(1.0e-3, gt=0)  # layers on top of the encoder (null: optim.lr)
     dropout: float = bounded(0.1, ge=0, lt=1)
-    cache_dir: str | None = ".cache/embeddings"  # first-stage embedding cache
     # Cross-fitted training candidates: k saved retrievers, the i-th trained with data.setting
     # crossfit-<k>-<i> (same data.seed), so each training query's candidates come from a first stage
     # that never saw it, as at test time. Empty: first_stage gives the training candidates too.
@@ -55,15 +87,13 @@ class RerankConfig(TaskConfig):
             yield "train_with_first_stage", "needs first_stage_weight > 0 (the weight trained with is the one scored with)"
         if len(self.train_first_stages) == 1:
             yield "train_first_stages", "needs k >= 2 cross-fitted first stages (or none)"
+        yield from unread_keys(self.encoder, TextEncoderSpec(), ("pooling", "normalize", "max_length",
+                               "max_query_length", "query_prefix", "doc_prefix", "cache_dir"),
+                               "a reranker reads only encoder.name, its backbone; texts are cut at data.*'s lengths")
 
 
 def first_stage_spec(m: RerankConfig) -> Any:
-    if m.first_stage in ("tool2vec", "dense"):
-        return {"name": m.first_stage, "model": m.first_stage_encoder, "tool_text": m.tool_text,
-                "cache_dir": m.cache_dir}
-    if m.first_stage == "bm25":
-        return {"name": "bm25", "tool_text": m.tool_text}
-    return m.first_stage
+    return m.first_stage.spec(m.tool_text)
 
 
 def _check_crossfit_run(spec: Any, where: str, k: int, fold: int, seed: int) -> None:

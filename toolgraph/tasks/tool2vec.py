@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from toolgraph.config import TextDataConfig, bounded
+from toolgraph.config import TextDataConfig, accepts_renamed, bounded
 from toolgraph.data.schema import Tool, ToolDataset
 from toolgraph.data.text import (
     ContrastiveBatchSampler,
@@ -29,6 +29,7 @@ from toolgraph.registry import TASKS
 from toolgraph.tasks.bi_encoder import BiEncoderConfig, BiEncoderTask
 
 
+@accepts_renamed
 @dataclass
 class Tool2VecTaskConfig(BiEncoderConfig):
     name: str = "tool2vec"
@@ -101,8 +102,9 @@ class Tool2VecTask(BiEncoderTask):
 
     def make_datamodule(self, ds: ToolDataset, data_cfg: TextDataConfig, seed: int) -> QueryPairDataModule:
         m = self.model_cfg
+        query_prefix, tool_prefix = m.prefixes
         dm = QueryPairDataModule(ds, data_cfg, self.tokenizer, tool_text_style=m.tool_text, seed=seed,
-                                 query_prefix=m.query_prefix, tool_prefix=m.tool_prefix)
+                                 query_prefix=query_prefix, tool_prefix=tool_prefix)
         self.catalog, self.tool_texts = dm.tools, dm.tool_texts
         self.usage = {}
         for q in dm.train_queries:
@@ -121,10 +123,8 @@ class Tool2VecTask(BiEncoderTask):
         from toolgraph.retrieval.tool2vec import Tool2VecConfig, Tool2VecRetriever
 
         m, d = self.model_cfg, self.cfg.data
-        cfg = Tool2VecConfig(model="encoder", pooling=m.pooling, normalize=m.normalize, max_length=d.max_tool_length,
-                             query_max_length=d.eval_max_query_length, tool_text=m.tool_text, cache_dir=None,
-                             progress=progress, usage_weight=m.usage_weight, batch_size=d.eval_batch_size,
-                             query_prefix=m.query_prefix, doc_prefix=m.tool_prefix)
+        cfg = Tool2VecConfig(encoder=self.retriever_encoder(), tool_text=m.tool_text, progress=progress,
+                             usage_weight=m.usage_weight, batch_size=d.eval_batch_size)
         enc = encoder if encoder is not None else copy.deepcopy(self.query_encoder).cpu().eval()
         was_training = enc.training
         r = Tool2VecRetriever(cfg, encoder=enc, tokenizer=self.tokenizer)

@@ -143,3 +143,14 @@ def test_task_sections_take_the_spec_its_shorthands_and_refuse_keys_they_do_not_
     assert (bi.model.encoder.pooling, bi.model.encoder.doc_prefix) == ("cls", "t: ")
     g = load_config(TrainConfig, [], ["model.name=graph", "model.encoder.cache_dir=null"])
     assert g.model.encoder.cache_dir is None
+
+
+def test_an_old_key_override_reaches_a_pipelines_inline_first_stage():
+    """retriever.first_stage.model=x (the old key) merges into an inline first stage written with the new
+    keys (PipelineConfig.retriever_slots), as it does for an agent index's dense member."""
+    from toolgraph.config import EvaluateConfig, load_config
+
+    base = {"retriever": {"name": "pipeline", "reranker": "bm25",
+                          "first_stage": {"name": "dense", "encoder": {"name": "a", "pooling": "cls"}}}}
+    cfg = load_config(EvaluateConfig, [base], ["retriever.first_stage.model=b"])
+    assert cfg.retriever.first_stage["encoder"] == {"name": "b", "pooling": "cls"}

@@ -28,7 +28,7 @@ from abc import abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -181,6 +181,8 @@ class PipelineConfig(RetrieverConfig):
     reranker: Any = None  # path or config dict (a saved pipeline's reranker is taken)
     depth: int = bounded(32, ge=1)  # first-stage candidates per query handed to the reranker
     first_stage_weight: float = bounded(0.0, ge=0)  # candidate score = reranker + w * first stage (0: reranker alone)
+
+    retriever_slots: ClassVar[tuple[str, ...]] = ("first_stage", "reranker")  # inline configs: renamed keys by name
 
 
 @RETRIEVERS.register("pipeline")

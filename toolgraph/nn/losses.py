@@ -11,6 +11,7 @@ In-batch negatives have two classic traps, both handled here:
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any
 
@@ -134,7 +135,7 @@ def category_averaged_ce(logits: torch.Tensor, labels: torch.Tensor, weights: to
 
 
 # ---- the contrastive objectives as loss modules ----------------------------------------------------
-class ContrastiveLoss(nn.Module):
+class ContrastiveLoss(nn.Module, ABC):
     """The shared base of the contrastive objectives: a batch's queries scored against documents.
 
     ``loss(encode_queries, encode_documents, batch)``: ``queries(batch)`` and ``documents(batch)`` say
@@ -151,14 +152,14 @@ class ContrastiveLoss(nn.Module):
         """[B] the query rows to encode: every query of the batch."""
         return torch.arange(batch["gold"].shape[0])
 
+    @abstractmethod
     def documents(self, batch: dict[str, Any]) -> torch.Tensor:
         """[M] the documents to encode (their meaning is the variant's: batch columns, catalog rows)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def objective(self, q: torch.Tensor, d: torch.Tensor, batch: dict[str, Any], documents: torch.Tensor
                   ) -> torch.Tensor:
         """The loss of query vectors ``q`` [B, H] against document vectors ``d`` [M, H] (``documents``')."""
-        raise NotImplementedError
 
     def forward(self, encode_queries: Encode, encode_documents: Encode, batch: dict[str, Any]) -> torch.Tensor:
         documents = self.documents(batch)  # first: a variant may draw a random subset

@@ -121,8 +121,9 @@ class ComposedRetriever(Retriever):
         self._reconfigure(config)
         return True
 
+    @abstractmethod
     def _reconfigure(self, config: Any) -> None:
-        raise NotImplementedError
+        """Take ``config`` (checked, of this class): keep the members it leaves unchanged, drop the others."""
 
     def _resolved(self) -> list[Retriever]:
         """The members built so far (none resolved here)."""

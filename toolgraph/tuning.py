@@ -34,6 +34,7 @@ re-sorts per weight. Any other retriever is built anew for each point.
 
 from __future__ import annotations
 
+import copy
 import itertools
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -188,9 +189,9 @@ def _check_members(spec: Any, where: str) -> None:
 def point_config(base: Mapping[str, Any] | EvaluateConfig, overrides: Mapping[str, Any]) -> EvaluateConfig:
     """The evaluation config of one grid point: ``base`` (a config, or its plain dict) with ``overrides``
     set, checked like any config (a key the schema does not have is a ConfigError naming it)."""
-    tree = to_dict(base) if isinstance(base, EvaluateConfig) else _copy(base)
+    tree = to_dict(base) if isinstance(base, EvaluateConfig) else copy.deepcopy(dict(base))
     for key, value in overrides.items():
-        _set(tree, key, _copy(value))
+        _set(tree, key, copy.deepcopy(value))
     where = "--grid " + ", ".join(f"{k}={v!r}" for k, v in overrides.items())
     cfg = load_config(EvaluateConfig, [tree], where=where)
     try:
@@ -198,14 +199,6 @@ def point_config(base: Mapping[str, Any] | EvaluateConfig, overrides: Mapping[st
     except ConfigError as e:
         raise ConfigError(f"{where}: {e}") from None
     return cfg
-
-
-def _copy(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {k: _copy(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_copy(v) for v in value]
-    return value
 
 
 # ---- the rule --------------------------------------------------------------------------------------
@@ -278,8 +271,6 @@ class _Points:
         else:
             r = resolve_retriever(point.retriever, "retriever")
         self.retriever = r
-        if isinstance(r, ComposedRetriever):
-            r.remember(True)
         return r
 
     def drop(self) -> None:
@@ -314,7 +305,7 @@ def _score(cfg: EvaluateConfig, grid: Any, split: str, retriever: Retriever | No
     try:
         for over, point in zip(overrides, configs, strict=True):
             r = runner.at(point)
-            if isinstance(r, ComposedRetriever):
+            if isinstance(r, ComposedRetriever):  # on for every point's retriever: built, given or loaded
                 r.remember(True)
             report = evaluate(r, ds, split, _no_bootstrap(point).eval)
             table.append(Point(over, report.metrics))

@@ -22,7 +22,9 @@ checkpoint was written by the same task with the same ``model`` section, and loa
 A run that would train nothing is refused before it writes anything, with a ConfigError naming the
 key: ``trainer.max_epochs`` / ``max_steps`` / ``limit_train_batches`` of 0, a ``data.batch_size``
 that leaves no full training batch, an int ``trainer.val_check_interval`` longer than an epoch (a
-``seed`` outside 0..2^32-1 already fails at config load). A run in which no validation ran (so there
+``seed`` outside 0..2^32-1 already fails at config load). The last training step is always validated
+(``ValidateTheLastStep``), so a run cut short by ``trainer.max_steps`` keeps a best checkpoint. A run
+in which no validation ran all the same (``trainer.limit_val_batches=0``, ``save_top_k=0``: so there
 is no best checkpoint and the test and export use the last weights) says so on stderr and in
 results.json (``training.warnings``).
 A NaN / inf loss stops the run (tasks/base.py); SIGTERM stops it at the end of the batch (exit 143).
@@ -84,6 +86,23 @@ class ElapsedTime(Callback):
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not trainer.sanity_checking and hasattr(self, "start"):
             pl_module.log("time/seconds", time.perf_counter() - self.start, rank_zero_only=True)
+
+
+class ValidateTheLastStep(Callback):
+    """Training ends with a validation: the batch that reaches ``trainer.max_steps`` (or the last batch
+    of the last epoch) is validated even when ``trainer.val_check_interval`` would not fall on it, so a
+    shortened run (``trainer.max_steps=40`` on a recipe validating every quarter epoch) still keeps a
+    best checkpoint of the weights it ends with. Lightning validates a batch after which the trainer
+    was asked to stop; one validation per batch, never two."""
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        last_step = 0 < trainer.max_steps <= trainer.global_step
+        epochs = trainer.max_epochs
+        last_epoch = (epochs is not None and epochs > 0 and trainer.current_epoch + 1 >= epochs
+                      and batch_idx + 1 >= trainer.num_training_batches)
+        if last_step or last_epoch:
+            trainer.should_stop = True
 
 
 def device_name(trainer: L.Trainer) -> str:
@@ -199,7 +218,7 @@ def build_trainer(cfg: TrainConfig, out: Path) -> L.Trainer:
     ckpt = ModelCheckpoint(dirpath=str(out / "checkpoints"), monitor=cfg.checkpoint.monitor, mode=cfg.checkpoint.mode,
                            save_top_k=cfg.checkpoint.save_top_k, save_last=not every,
                            filename="best-{epoch}-{step}", auto_insert_metric_name=False)
-    callbacks: list[Callback] = [ckpt, ThreadsPerRank(), ElapsedTime()]
+    callbacks: list[Callback] = [ckpt, ThreadsPerRank(), ElapsedTime(), ValidateTheLastStep()]
     if every:  # last.ckpt every N steps, so a crash loses at most N steps
         callbacks.append(ModelCheckpoint(dirpath=str(out / "checkpoints"), every_n_train_steps=every,
                                          save_top_k=0, save_last=True))

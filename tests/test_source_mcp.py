@@ -156,3 +156,74 @@ def test_bad_tasks_file(tmp_path):
     assert str(t) in str(e.value)
     with pytest.raises(ConfigError, match="needs 'servers'"):
         load_dataset("mcp", tmp_path)
+
+
+# ---- queries: labels for your own catalog (a JSONL file) ------------------------------------------
+
+
+def write_queries(folder, *lines):
+    path = folder / "queries.jsonl"
+    path.write_text("".join((x if isinstance(x, str) else json.dumps(x)) + "\n" for x in lines))
+    return path
+
+
+def load_queries(tmp_path, *lines, tasks=None, **kw):
+    s, _ = write_mcp_catalog(tmp_path, None, tasks or [])
+    q = write_queries(tmp_path, *lines)
+    return load_dataset("mcp", tmp_path, servers=s.name, queries=q.name, tasks="tasks.json" if tasks else None, **kw)
+
+
+def test_queries_name_tools_as_ids_qualified_or_bare_names(tmp_path):
+    ds = load_queries(tmp_path,
+                      {"query": "rain in Paris?", "tools": ["weather-server::get_forecast"], "id": "a"},
+                      {"query": "flight and hotel", "tools": ["flights/search_flights", "hotels.search"]},
+                      {"query": "a quote", "tools": ["stock_quote", "finance::Convert_Currency"], "split": "train"},
+                      "",  # a blank line is skipped, and the line numbers still count it
+                      {"query": "  fetch it  ", "tools": ["web-search: fetch_page", "fetch_page"], "id": 7})
+    q = {q.id: q for q in ds.queries}
+    assert list(q) == ["a", "line-2", "line-3", "7"]
+    assert q["a"].tools == ("weather-server::get_forecast",) and q["a"].split == "test"
+    assert q["line-2"].tools == ("flights::search_flights", "hotels::search")
+    assert q["line-3"].tools == ("finance::stock_quote", "finance::convert_currency") and q["line-3"].split == "train"
+    assert q["7"].text == "fetch it" and q["7"].tools == ("web-search::fetch_page",)  # the same tool twice: once
+    assert ds.notes["queries"] == "queries.jsonl" and not ds.skipped
+
+
+@pytest.mark.parametrize("policy,gold", [
+    ("category", ("hotels::search",)),  # a query has no category: catalog order (hotels before web-search)
+    ("first", ("hotels::search",)),
+    ("all", ("hotels::search", "web-search::search")),
+])
+def test_a_bare_name_several_servers_offer_follows_duplicate_names(tmp_path, policy, gold):
+    ds = load_queries(tmp_path, {"query": "find it", "tools": ["search"]}, duplicate_names=policy)
+    assert ds.queries[0].tools == gold
+    assert ds.notes["ambiguous_gold"] == 1
+
+
+def test_duplicate_names_error_and_drop_on_queries(tmp_path):
+    lines = ({"query": "weather", "tools": ["get_forecast"]}, {"query": "find it", "tools": ["search"]})
+    with pytest.raises(DataError, match=r"queries\.jsonl:2: tool 'search' is offered by several servers "
+                                        r"\['hotels', 'web-search'\]; write it as server::tool"):
+        load_queries(tmp_path, *lines, duplicate_names="error")
+    ds = load_queries(tmp_path, *lines, duplicate_names="drop")
+    assert [q.text for q in ds.queries] == ["weather"]
+    assert ds.skipped == {"ambiguous gold tool (dropped by policy)": 1,
+                          "query with no gold tool left (duplicate_names: drop)": 1}
+
+
+def test_queries_and_tasks_together_and_their_ids(tmp_path):
+    task = {"task_id": "t1", "Question": "rain?", "Annotator Metadata": {"Tools": "1. get_forecast"}}
+    ds = load_queries(tmp_path, {"query": "book a flight", "tools": ["flights::book_flight"]}, tasks=[task])
+    assert [(q.id, q.tools) for q in ds.queries] == [("t1", ("weather-server::get_forecast",)),
+                                                     ("line-1", ("flights::book_flight",))]
+    with pytest.raises(DataError, match=r"queries\.jsonl:1: id 't1' is also a task_id in .*tasks\.json"):
+        load_queries(tmp_path, {"query": "x", "tools": ["book_flight"], "id": "t1"}, tasks=[task])
+
+
+def test_a_repeated_query_id_is_an_error_unless_told(tmp_path):
+    lines = ({"query": "one", "tools": ["book_flight"], "id": "q"}, {"query": "two", "tools": ["search_flights"], "id": "q"})
+    with pytest.raises(DataError, match=r"queries\.jsonl:2: duplicate query id 'q' \(first on line 1\)"):
+        load_queries(tmp_path, *lines)
+    assert [q.text for q in load_queries(tmp_path, *lines, on_duplicate="keep-first").queries] == ["one"]
+    last = load_queries(tmp_path, *lines, on_duplicate="keep-last")
+    assert [q.text for q in last.queries] == ["two"] and last.skipped == {"repeated query id (last kept)": 1}

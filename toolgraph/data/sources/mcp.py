@@ -37,18 +37,28 @@ case, and may be qualified by its server (``server/tool``, ``server.tool``, ``se
 Every decision is counted in ``notes`` (``ambiguous_names_in_catalog``, ``ambiguous_gold``,
 ``resolved_by_category``, ``resolved_by_catalog_order``, ``tools_count_mismatch``), and gold names not in
 the catalog in ``skipped``. All tasks are test queries (MCP benchmarks ship no training split).
+
+Queries (labels for your own catalog, the ``queries`` option): a JSONL file, one
+``{"query": "...", "tools": ["server::tool", ...], "id"?: "...", "split"?: "train"|"val"|"test"}`` per
+line. A tool is named as in tasks (a tool id, ``server/tool``, ``server.tool``, a bare name resolved by
+``duplicate_names``; no category, so ``category`` falls back to catalog order). Unlike a task's, a label
+is checked strictly: a line that is not a JSON object, has no ``query`` text, an empty ``tools`` list,
+a tool the catalog does not hold (with the closest ids), an unknown key or split, or an ``id`` used
+before (unless ``on_duplicate``) is a DataError naming the file and the line, and nothing of the file
+is kept. A line without ``split`` is a test query; without ``id`` its id is ``line-<n>``.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-from toolgraph.data.formats import Duplicates, read_json
-from toolgraph.data.schema import Agent, Query, Tool, ToolDataset
+from toolgraph.data.formats import Duplicates, iter_jsonl, read_json
+from toolgraph.data.schema import SPLITS, Agent, Query, Tool, ToolDataset
 from toolgraph.data.sources._filter import QueryFilter, SkipReasons
 from toolgraph.errors import ConfigError, DataError
 from toolgraph.registry import DATASETS
@@ -58,6 +68,7 @@ _NUMBERED = re.compile(r"^\s*(\d+)\s*[.)]\s*(.*)$")
 _QUALIFIED = re.compile(r"^(.+?)\s*(?:::|/|:|\.)\s*(.+)$")
 _REASONS = SkipReasons(empty_text="task with an empty Question", no_tools="task with no gold tool in the catalog")
 MAX_TEXT_CHARS = 65536  # per name, description or inputSchema (as JSON) of one catalog entry
+QUERY_KEYS = ("query", "tools", "id", "split")  # one line of a queries file
 
 
 def check_size(value: Any, field: str, where: str, path: Path | None, limit: int) -> None:
@@ -236,6 +247,21 @@ class GoldResolver:
                 return hit[:1]
         return self.by_lower.get(name.lower(), [])
 
+    def label(self, name: str, path: Path, line: int, skipped: Counter) -> list[str]:
+        """A tool named in a queries file -> its ids; a name the catalog does not hold, or an ambiguous
+        bare name under ``duplicate_names: error``, is a DataError naming the file and the line."""
+        cands = self._candidates(name)
+        if not cands:
+            close = difflib.get_close_matches(name, [*self.by_name, *(t for v in self.by_name.values() for t in v)],
+                                              n=3, cutoff=0.6)
+            hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+            raise DataError(f"tool {name!r} is not in the catalog{hint} (name a tool as server::tool)", path, line)
+        if len(cands) > 1 and self.policy == "error":
+            raise DataError(f"tool {name!r} is offered by several servers {[c.split('::')[0] for c in cands]}; "
+                            "write it as server::tool, or set data.options.duplicate_names (category, first, all, "
+                            "drop)", path, line)
+        return self.resolve(name, None, f"line {line}", skipped)
+
     def resolve(self, name: str, category: str | None, task: str, skipped: Counter) -> list[str]:
         cands = self._candidates(name)
         if not cands:
@@ -304,6 +330,54 @@ def read_tasks(path: Path, resolver: GoldResolver, skipped: Counter, notes: dict
     return list(queries.values())
 
 
+def read_queries(path: Path, resolver: GoldResolver, skipped: Counter, on_duplicate: str = "error",
+                 taken: dict[str, str] | None = None) -> list[Query]:
+    """Labelled requests, one JSON object per line (see the module docstring); every bad line is a
+    DataError naming ``path`` and the line, raised before anything is returned. ``taken``: ids already
+    used (by the tasks file) -> where; a query reusing one is an error."""
+    repeats = Duplicates("query id", on_duplicate, skipped)
+    queries: dict[str, Query] = {}
+    for line, rec in iter_jsonl(path):
+        if not isinstance(rec, dict):
+            raise DataError(f'expected a JSON object {{"query": ..., "tools": [...]}}, got {type(rec).__name__}',
+                            path, line)
+        unknown = sorted(set(rec) - set(QUERY_KEYS))
+        if unknown:
+            raise DataError(f"unknown key(s) {unknown}; a line holds {', '.join(QUERY_KEYS)}", path, line)
+        text = rec.get("query")
+        if not isinstance(text, str) or not text.strip():
+            raise DataError("missing or empty 'query' (the request's text)", path, line)
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise DataError("'query' holds a lone surrogate (\\ud800-\\udfff) that UTF-8 cannot encode", path, line) from None
+        names = rec.get("tools")
+        if not isinstance(names, list) or not names:
+            raise DataError("'tools' must be a non-empty list of tool ids (server::tool) or names", path, line)
+        if not all(isinstance(n, str) and n.strip() for n in names):
+            raise DataError(f"'tools' must hold non-empty strings, got {names!r:.80}", path, line)
+        qid = rec.get("id", f"line-{line}")
+        if isinstance(qid, bool) or not isinstance(qid, (str, int)) or not str(qid).strip():
+            raise DataError(f"'id' must be a non-empty string, got {qid!r:.60}", path, line)
+        qid = str(qid)
+        split = rec.get("split", "test")
+        if split not in SPLITS:
+            raise DataError(f"'split' must be one of {', '.join(SPLITS)}, got {split!r:.60}", path, line)
+        if taken and qid in taken:
+            raise DataError(f"id {qid!r} is also a task_id in {taken[qid]}; give the query another id", path, line)
+        gold = tuple(dict.fromkeys(t for n in names for t in resolver.label(n.strip(), path, line, skipped)))
+        verdict = repeats.add(qid, path, line)
+        if verdict == "skip":
+            continue
+        if verdict == "replace":
+            queries.pop(qid, None)
+        if not gold:  # every name was an ambiguous one left out by duplicate_names: drop
+            skipped["query with no gold tool left (duplicate_names: drop)"] += 1
+            continue
+        queries[qid] = Query(qid, text.strip(), gold, split)
+    return list(queries.values())
+
+
 def _path(root: Path, p: str | None) -> Path | None:
     if p is None:
         return None
@@ -314,16 +388,20 @@ def _path(root: Path, p: str | None) -> Path | None:
 @DATASETS.register("mcp")
 def load_mcp(root: Path, servers: str | None = None, tasks: str | None = None, tools_lists: str | None = None,
              duplicate_names: str = "category", name: str = "mcp", on_duplicate: str = "error",
-             max_text_chars: int = MAX_TEXT_CHARS) -> ToolDataset:
-    """An MCP catalog (``servers`` file and/or ``tools_lists`` folder) with optional ``tasks``.
-    Relative paths resolve against the data root. ``on_duplicate``: a tool name repeated inside one
-    server, or a repeated task_id, is an ``error`` (default), or ``keep-first`` / ``keep-last``.
+             max_text_chars: int = MAX_TEXT_CHARS, queries: str | None = None) -> ToolDataset:
+    """An MCP catalog (``servers`` file and/or ``tools_lists`` folder) with optional ``tasks`` (the
+    LiveMCPBench layout) and/or ``queries`` (a JSONL file of labelled requests). Relative paths resolve
+    against the data root. ``on_duplicate``: a tool name repeated inside one server, a repeated task_id
+    or query id, is an ``error`` (default), or ``keep-first`` / ``keep-last``.
     ``max_text_chars``: the longest name, description or inputSchema (as JSON) of one entry."""
     builder = read_catalog(_path(root, servers), _path(root, tools_lists), on_duplicate, max_text_chars)
     resolver = GoldResolver(builder, duplicate_names)
     skipped = Counter(builder.skipped)
-    notes: dict[str, Any] = {"servers": servers, "tools_lists": tools_lists, "tasks": tasks,
+    notes: dict[str, Any] = {"servers": servers, "tools_lists": tools_lists, "tasks": tasks, "queries": queries,
                              "duplicate_names": duplicate_names, "on_duplicate": on_duplicate}
-    queries = read_tasks(_path(root, tasks), resolver, skipped, notes, on_duplicate) if tasks is not None else []
+    found = read_tasks(_path(root, tasks), resolver, skipped, notes, on_duplicate) if tasks is not None else []
+    if queries is not None:
+        taken = {q.id: str(_path(root, tasks)) for q in found}
+        found += read_queries(_path(root, queries), resolver, skipped, on_duplicate, taken)
     notes.update(resolver.counts)
-    return ToolDataset(name, list(builder.tools.values()), queries, list(builder.agents.values()), [], +skipped, notes)
+    return ToolDataset(name, list(builder.tools.values()), found, list(builder.agents.values()), [], +skipped, notes)

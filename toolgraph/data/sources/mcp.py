@@ -252,8 +252,7 @@ class GoldResolver:
         bare name under ``duplicate_names: error``, is a DataError naming the file and the line."""
         cands = self._candidates(name)
         if not cands:
-            close = difflib.get_close_matches(name, [*self.by_name, *(t for v in self.by_name.values() for t in v)],
-                                              n=3, cutoff=0.6)
+            close = self.close_ids(name)
             hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
             raise DataError(f"tool {name!r} is not in the catalog{hint} (name a tool as server::tool)", path, line)
         if len(cands) > 1 and self.policy == "error":
@@ -261,6 +260,18 @@ class GoldResolver:
                             "write it as server::tool, or set data.options.duplicate_names (category, first, all, "
                             "drop)", path, line)
         return self.resolve(name, None, f"line {line}", skipped)
+
+    def close_ids(self, name: str, n: int = 3) -> list[str]:
+        """Up to ``n`` tool ids spelled like ``name``: the server's own tools when ``name`` is qualified
+        by a server of the catalog, else tools of a similar name, then similar ids."""
+        m = _QUALIFIED.match(name)
+        if m and m.group(1).strip() in self.agents:
+            server = m.group(1).strip()
+            own = [t.split("::", 1)[1] for ids in self.by_name.values() for t in ids if t.startswith(f"{server}::")]
+            return [f"{server}::{t}" for t in difflib.get_close_matches(m.group(2).strip(), own, n=n, cutoff=0.6)]
+        ids = [t for hit in difflib.get_close_matches(name, list(self.by_name), n=n, cutoff=0.6) for t in self.by_name[hit]]
+        ids += difflib.get_close_matches(name, [t for v in self.by_name.values() for t in v], n=n, cutoff=0.6)
+        return list(dict.fromkeys(ids))[:n]
 
     def resolve(self, name: str, category: str | None, task: str, skipped: Counter) -> list[str]:
         cands = self._candidates(name)

@@ -4,9 +4,15 @@
 
 The catalog is an MCP servers file (LiveMCPBench layout), a folder of ``tools/list`` responses, or a
 canonical dataset folder (``tools.jsonl`` + ``agents.jsonl``). Tools and agents are compared with the
-index by content hash (every field); added and changed entries are encoded, unchanged ones keep
-their vectors, removed ones go. A missing index is created (a ``t2a`` index over ``toolgraph-general``, MiniLM when
-that is not installed, unless a retriever config is given).
+index by content hash (every field). An agent index (t2a, agent_only, tool_only, mcp_zero) encodes
+added and changed entries only, unchanged ones keep their vectors, removed ones go; with ``scorer:
+bm25`` it encodes nothing and holds no encoder. Any other retriever that indexes a catalog (bm25,
+dense, tgr, tool2vec, ...) indexes the whole catalog again (``reindexed`` in the counts). A missing
+index is created (a ``t2a`` index over ``toolgraph-general``, MiniLM when that is not installed,
+unless a retriever config is given). A new index that a catalog alone cannot build is refused with
+the key named: a trained-only retriever written as a config (``mlc``, ``gnn``, ``refiner``,
+``cross_encoder``: give its saved folder instead), or one that learns from labelled queries
+(``query_knn``, ``losemb``: it must answer one query before it is saved).
 
 Atomic write: the new index is saved complete into a hidden sibling folder, then swapped in with two
 renames (old -> ``.NAME.old-PID``, new -> NAME), then the old one is deleted. A crash while saving
@@ -35,12 +41,15 @@ a sync runs (after it has carried the others) is not seen by that sync.
 No cache outside the index: a sync encodes with the embedding cache off (the index keeps its own
 vectors), so nothing is written to a ``cache_dir`` such as ``./.cache/embeddings``.
 
-One writer at a time: a sync holds ``.NAME.lock`` beside the index (``flock``: the kernel releases
-it when the process ends, even on kill -9, so it never goes stale) from before it reads the index
-until the new one is in place. A second sync of the same index waits for it up to ``wait`` seconds
-(``--wait``, default 60; 0: fail at once), then fails with a message naming the lock. Only under
-the lock are the ``.NAME.new-*`` folders of earlier failed syncs deleted, so a running sync's folder
-is never touched.
+One writer at a time: a sync holds ``.NAME.lock`` beside the index (``flock``) from before it reads
+the index until the new one is in place, and removes the file as it ends, success or failure (while
+still holding the lock; a waiter that then gets the lock of the removed file, or of one a newcomer
+created since, sees that the path no longer names its file and locks the one there now). A sync
+killed with kill -9 leaves the file, but not the lock (the kernel releases it with the process): the
+next sync takes it at once and removes it. A second sync of the same index waits for it up to
+``wait`` seconds (``--wait``, default 60; 0: fail at once), then fails with a message naming the lock
+and its holder's pid. Only under the lock are the ``.NAME.new-*`` folders of earlier failed syncs
+deleted, so a running sync's folder is never touched.
 """
 
 from __future__ import annotations
@@ -51,15 +60,16 @@ import shutil
 import time
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from toolgraph.data.formats import read_dataset
 from toolgraph.data.schema import Agent, Tool
 from toolgraph.data.sources.mcp import MAX_TEXT_CHARS, check_size, read_catalog
-from toolgraph.errors import ConfigError, DataError, no_space_is_a_data_error
+from toolgraph.errors import ConfigError, DataError, ToolgraphError, no_space_is_a_data_error
 from toolgraph.files import FolderPutBack, clean_new_copies, clean_old_copies, is_temp_name, swap_folder
+from toolgraph.retrieval.agents import content_hash
 from toolgraph.retrieval.base import Retriever
 from toolgraph.retrieval.dense import embedding_cache_off
 from toolgraph.retrieval.loading import load, recover, resolve_retriever
@@ -151,37 +161,65 @@ def _lock_path(index: Path) -> Path:
 @contextmanager
 def index_lock(index: str | Path, wait: float = LOCK_WAIT) -> Iterator[Path]:
     """Hold ``.NAME.lock`` beside ``index`` (one writer at a time); waits up to ``wait`` seconds
-    for another holder, then raises a DataError naming the lock and its holder's pid."""
-    import fcntl
-
+    for another holder, then raises a DataError naming the lock and its holder's pid. The file is
+    removed when the block ends (success or failure), while the lock is still held; so a waiter
+    that got the lock on a file already unlinked (or replaced by a newcomer's) opens it again."""
     index = Path(index)
     if not wait >= 0:  # NaN too
         raise ConfigError(f"--wait must be >= 0 seconds, got {wait}")
     index.parent.mkdir(parents=True, exist_ok=True)
     lock = _lock_path(index)
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        except OSError as e:
+            raise DataError(f"cannot open the index lock file ({e.strerror or type(e).__name__}); index sync needs "
+                            "a folder it can write beside the index", lock) from None
+        try:
+            _flock(fd, lock, index, wait, deadline)
+        except BaseException:
+            os.close(fd)
+            raise
+        if _names(lock, fd):
+            break
+        os.close(fd)  # the holder before us removed (or a newcomer re-created) the file: lock the one there now
     try:
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
-    except OSError as e:
-        raise DataError(f"cannot open the index lock file ({e.strerror or type(e).__name__}); index sync needs a "
-                        "folder it can write beside the index", lock) from None
-    try:
-        deadline = time.monotonic() + wait
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
-                    raise DataError(f"another toolgraph index sync (pid {holder}) is writing {index}; waited "
-                                    f"{wait:g} s. Run it again when that one has finished (or wait longer: --wait "
-                                    "SECONDS)", lock) from None
-                time.sleep(0.05)
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         yield lock
     finally:
+        with suppress(OSError):  # under the lock: whoever locks the path next locks a new file
+            if _names(lock, fd):
+                os.unlink(lock)
         os.close(fd)  # releases the lock
+
+
+def _flock(fd: int, lock: Path, index: Path, wait: float, deadline: float) -> None:
+    """``flock(fd)``, polling until ``deadline``; then a DataError naming the holder's pid."""
+    import fcntl
+
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+                raise DataError(f"another toolgraph index sync (pid {holder}) is writing {index}; waited "
+                                f"{wait:g} s. Run it again when that one has finished (or wait longer: --wait "
+                                "SECONDS)", lock) from None
+            time.sleep(0.05)
+
+
+def _names(lock: Path, fd: int) -> bool:
+    """True if the path ``lock`` still names the file open as ``fd`` (same device and inode)."""
+    try:
+        path = os.stat(lock, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (path.st_dev, path.st_ino) == (held.st_dev, held.st_ino)
 
 
 def _written_by_us(index: Path) -> set[str] | None:
@@ -276,25 +314,76 @@ def save_atomically(retriever: Retriever, path: str | Path, wait: float = LOCK_W
 def sync_index(catalog: str | Path, index: str | Path, retriever: Any = None,
                wait: float = LOCK_WAIT, on_duplicate: str = "error",
                max_text_chars: int = MAX_TEXT_CHARS) -> dict[str, Any]:
-    """Bring ``index`` in line with ``catalog``; returns the counts (added/updated/removed/encoded, and
+    """Bring ``index`` in line with ``catalog``; returns the counts (added/updated/removed, and
     ``skipped``: catalog entries left out by ``on_duplicate``, by reason). ``created`` is true when no
-    index was there (an absent or empty folder); a folder that exists and is not an index is refused.
-    Holds the index lock for the whole sync (``wait``: see :func:`index_lock`)."""
+    index was there (an absent or empty folder; ``retriever``: the spec of the new one, default t2a);
+    a folder that exists and is not an index is refused. An agent index (t2a, agent_only, tool_only,
+    mcp_zero) encodes only new or changed texts (``encoded``); any other retriever (bm25, dense, ...)
+    indexes the whole catalog again (``reindexed``: its tool count). Holds the index lock for the whole
+    sync (``wait``: see :func:`index_lock`)."""
     skipped: Counter = Counter()
     tools, agents = read_catalog_any(catalog, on_duplicate, skipped, max_text_chars)
     shown, index = str(index), resolve_index(index)
     with _write_errors(index), index_lock(index, wait):
         recover(index)
-        if _check_target(index):
-            r = load(index)
-            created = False
+        created = not _check_target(index)
+        if created:
+            spec = retriever if retriever is not None else {"name": "t2a"}
+            _refuse_untrained(spec)
+            r = resolve_retriever(spec, "retriever")
         else:
-            r = resolve_retriever(retriever if retriever is not None else {"name": "t2a"}, "retriever")
-            created = True
-        if not hasattr(r, "sync"):
-            raise ConfigError(f"index sync needs an agent index (t2a, agent_only, tool_only, mcp_zero); "
-                              f"{index} holds a {type(r).__name__}")
+            r = load(index)
         with embedding_cache_off():  # the index keeps its vectors: no cache_dir (./.cache/embeddings) is written
-            counts = r.sync(tools, agents)
+            counts = _sync_retriever(r, tools, agents, created)
         _swap_in(r, index)
     return {**counts, "skipped": dict(skipped), "created": created, "index": shown}
+
+
+# retrievers whose weights come from training (a task's export): given by name in a config they would be
+# built untrained (a random head, graph encoder or reranker network); given by their saved folder they work
+TRAINED_ONLY = {"mlc": "a classifier head", "gnn": "a graph encoder", "refiner": "a refiner network",
+                "cross_encoder": "a cross-encoder head"}
+
+
+def _refuse_untrained(spec: Any, where: str = "retriever") -> None:
+    """A ConfigError naming the key (``retriever.name``, ``retriever.reranker.name``, ...) of a trained-only
+    retriever written as a config in ``spec`` (dicts and lists walked; paths are saved retrievers: fine)."""
+    if isinstance(spec, dict):
+        name = spec.get("name")
+        if isinstance(name, str) and name in TRAINED_ONLY:
+            raise ConfigError(f"{where}.name: {name!r} is a trained retriever ({TRAINED_ONLY[name]} learned by "
+                              f"toolgraph train): a new index cannot build one from a catalog. Give the retriever "
+                              f"folder a training run exported ({where}: runs/NAME/retriever), or a retriever that "
+                              "indexes any catalog: bm25, dense, t2a, agent_only, tool_only, mcp_zero")
+        for key, value in spec.items():
+            _refuse_untrained(value, f"{where}.{key}")
+    elif isinstance(spec, list):
+        for i, value in enumerate(spec):
+            _refuse_untrained(value, f"{where}[{i}]")
+    elif where == "retriever" and isinstance(spec, str) and spec in TRAINED_ONLY and not Path(spec).exists():
+        _refuse_untrained({"name": spec}, where)  # a bare name (a path to a saved one exists)
+
+
+def _sync_retriever(r: Retriever, tools: list[Tool], agents: list[Agent], created: bool) -> dict[str, Any]:
+    """Put the catalog into ``r``: an agent index through its own ``sync``; any other retriever through
+    ``index`` (counted here by content hash). A new index that cannot be built from a catalog alone
+    (one that learns from labelled queries: query_knn, losemb) is a ConfigError naming
+    ``retriever.name`` and saying what to give instead."""
+    if hasattr(r, "sync"):
+        return r.sync(tools, agents)
+    old = {t.id: content_hash(t) for t in r.tools}
+    new = {t.id: content_hash(t) for t in tools}
+    try:
+        r.index(tools)
+        if created and r.tools:  # one query: a retriever that needs labelled queries fails here, not in serve
+            r.retrieve([tools[0].name], 1)
+    except (ToolgraphError, RuntimeError) as e:
+        if not created:
+            raise
+        raise ConfigError(f"retriever.name: a new {r.name!r} index cannot be built from a catalog alone ({e}). "
+                          "Give a retriever that indexes any catalog (bm25, dense, t2a, agent_only, tool_only, "
+                          "mcp_zero), or one saved by evaluate or train (retriever: runs/NAME/retriever)") from None
+    return {"added": sum(k not in old for k in new), "removed": sum(k not in new for k in old),
+            "updated": sum(k in old and old[k] != h for k, h in new.items()),
+            "unchanged": sum(old.get(k) == h for k, h in new.items()), "reindexed": len(r.tools),
+            "tools": len(r.tools), "agents": len({t.agent for t in r.tools if t.agent is not None})}

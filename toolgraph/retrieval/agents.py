@@ -25,7 +25,9 @@ the agent ranking; both take ``steps`` for step-wise querying (retrieval/steps.p
 The encoder is any dense retriever (``dense``: a saved retriever / run folder / .ckpt of a
 fine-tuned bi-encoder, or a config dict; default: all-MiniLM-L6-v2 zero-shot). Entity vectors are
 kept by document text, so re-indexing a changed catalog encodes only new or changed texts
-(``encoded`` counts them); they are saved with the index, so loading encodes nothing.
+(``encoded`` counts them); they are saved with the index, so loading encodes nothing. With
+``scorer: bm25`` no encoder is built, loaded or run: the index holds no vectors and no ``dense/``
+folder (its ``dense`` spec is kept, so a scorer that needs vectors later encodes them then).
 """
 
 from __future__ import annotations
@@ -163,7 +165,14 @@ class AgentRetriever(Retriever):
                     names.setdefault(t.agent, []).append(t.name)
         return [a.document(names.get(a.id, ())) for a in self.agents]
 
+    @property
+    def uses_dense(self) -> bool:
+        """Whether the scorer needs entity vectors (and so the dense encoder): every scorer but bm25."""
+        return self.config.scorer != "bm25"
+
     def _embed(self, docs: list[str]) -> torch.Tensor:
+        if not self.uses_dense:  # BM25 alone: no vectors, the encoder is never built
+            return torch.zeros(len(docs), 0)
         keys = [hashlib.sha1(d.encode()).hexdigest() for d in docs]
         todo = list(dict.fromkeys(d for d, k in zip(docs, keys) if k not in self._vectors))
         if todo:
@@ -207,7 +216,9 @@ class AgentRetriever(Retriever):
         query batch; every ranking below is derived from them (the queries are encoded once)."""
         c = self.config
         raw = {}
-        if c.scorer != "bm25":
+        if self.uses_dense:
+            if self.tool_vectors.shape[-1] == 0 and (self.tools or self.agents):
+                self._build()  # indexed under scorer bm25 (no vectors), now asked for dense scores
             raw["dense"] = self._dense_scores(queries)
         if c.scorer != "dense":
             raw["bm25"] = self._bm25_scores(queries)
@@ -295,6 +306,10 @@ class AgentRetriever(Retriever):
     def save(self, folder: str | Path) -> Path:
         folder = Path(folder)
         mark_writing(folder)
+        spec = self.config.dense  # a loaded index's encoder folder (dense/) is kept whatever the scorer
+        inside = isinstance(spec, (str, Path)) and self._base is not None and (self._base / spec).exists()
+        if not (self.uses_dense or self._dense is not None or inside):
+            return _save_with(self, folder)  # no encoder to save: the dense spec stays as given
         self.dense.save(folder / "dense")
         return _save_with(self, folder, dense="dense")
 
@@ -315,7 +330,8 @@ class AgentRetriever(Retriever):
                                          width=self.tool_vectors.shape[1], width_of="its tool_vectors")
         docs = self.documents() + self.agent_documents()
         stored = torch.cat([self.tool_vectors, self.agent_vectors])
-        self._vectors = {hashlib.sha1(d.encode()).hexdigest(): v for d, v in zip(docs, stored)}
+        self._vectors = ({} if stored.shape[-1] == 0 else  # a bm25 index: no vectors
+                         {hashlib.sha1(d.encode()).hexdigest(): v for d, v in zip(docs, stored)})
         self._index_structures(docs)
 
 

@@ -74,7 +74,7 @@ def test_only_the_swaps_own_old_copy_is_put_back_or_deleted(index, mcp_catalog, 
     os.rename(index, tmp_path / "kept-aside")
     mine = tmp_path / ".idx.old-nov"
     os.rename(tmp_path / "kept-aside", mine)  # the user's own copy under a name the swap never makes
-    with pytest.raises(DataError, match="not a checkpoint"):
+    with pytest.raises(DataError, match="no such file or folder"):
         load_index(index)  # not restored: it is not ours to move
     assert mine.is_dir() and not index.exists()
 

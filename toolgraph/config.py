@@ -842,8 +842,7 @@ def load_config(schema: Any, files: Sequence[str | Path | Mapping] = (), overrid
             base = OmegaConf.merge(base, src)
         except (OmegaConfBaseException, TypeError) as e:  # TypeError: a list merged onto a mapping
             key = getattr(e, "full_key", None) or "?"
-            msg = str(e).splitlines()[0]
-            raise ConfigError(f"{src_name}: key '{key}': {msg}") from None
+            raise ConfigError(f"{src_name}: key '{key}': {_explain(e, key, base, src, src_name)}") from None
     try:
         cfg = OmegaConf.to_object(base)
     except OmegaConfBaseException as e:
@@ -851,6 +850,26 @@ def load_config(schema: Any, files: Sequence[str | Path | Mapping] = (), overrid
     for bad in invalid_values(cfg):
         raise ConfigError(f"{_source_of(bad.key, sources)}{bad}") from None
     return cfg
+
+
+def _explain(e: Exception, key: str, base: DictConfig, src: DictConfig, src_name: str) -> str:
+    """OmegaConf's message for a value of the wrong shape, in the user's terms: what the key takes (its
+    current value as the example) and what it got; other messages as OmegaConf words them."""
+    msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+    shape = next((s for s in ("list", "mapping") if f"is not a {'ListConfig' if s == 'list' else 'DictConfig'}" in msg
+                  or (s == "mapping" and ("Cannot merge" in msg or "to Dict[" in msg))), None)
+    if shape is None or key == "?":
+        return msg
+    got = OmegaConf.select(src, key, default=None, throw_on_missing=False)
+    example = OmegaConf.select(base, key, default=None, throw_on_missing=False)
+    if isinstance(example, (DictConfig, ListConfig)):
+        example = OmegaConf.to_container(example)
+    if shape == "list":
+        sample = example if isinstance(example, list) and example else [1, 5, 10]
+        flat = "[" + ",".join(map(str, sample)) + "]"
+        how = f"; on the command line: {key}={flat}" if src_name.startswith("override") else ""
+        return f"expects a list such as {sample}, got {got!r}{how}"
+    return f"expects a mapping (key: value, ...), got {got!r}"
 
 
 def _source_of(key: str, sources: Sequence[tuple[str, DictConfig]]) -> str:

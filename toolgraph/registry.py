@@ -10,6 +10,7 @@ the training side (Lightning) or the graph side (PyG).
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.util
 import pkgutil
@@ -71,7 +72,9 @@ class Registry(Generic[T]):
             self._lookup(name)
         if name not in self._items:
             known = ", ".join(sorted(self._items)) or "(none)"
-            raise ConfigError(f"unknown {self.kind} {name!r}; known: {known}")
+            close = difflib.get_close_matches(str(name), list(self._items), n=3, cutoff=0.6)
+            hint = f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
+            raise ConfigError(f"unknown {self.kind} {name!r}{hint}; known: {known}")
         return self._items[name]
 
     def meta(self, name: str) -> dict[str, Any]:

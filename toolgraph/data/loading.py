@@ -16,12 +16,18 @@ from toolgraph.data.splits import crossfit, inductive, inject_noise, transductiv
 from toolgraph.errors import ConfigError, DataError
 from toolgraph.registry import DATASETS
 
+CHECKOUT_DATA = Path(__file__).resolve().parents[3] / "shared" / "datasets"  # ../shared/datasets of a checkout
+
 
 def data_root(root: str | Path | None = None) -> Path:
-    """The folder that holds the public benchmarks: ``root`` or ``$TOOLGRAPH_DATA``."""
+    """The folder that holds the public benchmarks: ``root``, else ``$TOOLGRAPH_DATA``, else
+    ``../shared/datasets`` beside the repository checkout (where the Makefile points too) if it exists."""
     value = root if root is not None else os.environ.get("TOOLGRAPH_DATA")
+    if not value and CHECKOUT_DATA.is_dir():
+        return CHECKOUT_DATA
     if not value:
-        raise DataError("no data folder: set TOOLGRAPH_DATA (e.g. ../shared/datasets) or data.root")
+        raise DataError(f"no data folder: set TOOLGRAPH_DATA=/path/to/datasets (or data.root=...); it is not at "
+                        f"{CHECKOUT_DATA} either, where a checkout beside ../shared finds it")
     path = Path(value).expanduser()
     if not path.is_dir():
         raise DataError("data folder (TOOLGRAPH_DATA / data.root) does not exist", path)

@@ -18,6 +18,7 @@ side only then).
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import is_dataclass
 from pathlib import Path
 from typing import Any
@@ -90,7 +91,27 @@ def load(path: str | Path | dict) -> Retriever:
     for folder in (path, path / "retriever"):  # a saved retriever, or a run folder's export
         if (folder / "retriever.json").is_file():
             return _named(folder, lambda f=folder: Retriever.load(f))
-    raise DataError("not a checkpoint (.ckpt), a saved retriever (retriever.json) or a run folder", path)
+    raise not_loadable(path)
+
+
+def not_loadable(path: Path) -> DataError:
+    """Why ``path`` is nothing ``load`` reads, and what to give instead: a missing path with the close
+    names beside it, a run folder that has no export yet with its checkpoints, anything else as such."""
+    if not path.exists():
+        parent = path.parent
+        if not parent.is_dir():
+            return DataError(f"no such file or folder (nor {parent}/): give a .ckpt, a saved retriever folder or a "
+                             "run folder (out_dir of a training)", path)
+        close = difflib.get_close_matches(path.name, [p.name for p in parent.iterdir()], n=3, cutoff=0.6)
+        hint = (f"did you mean {' or '.join(str(parent / c) for c in close)}?" if close else
+                "give a .ckpt, a saved retriever folder or a run folder (out_dir of a training)")
+        return DataError(f"no such file or folder; {hint}", path)
+    ckpts = sorted((path / "checkpoints").glob("*.ckpt")) if path.is_dir() else []
+    if ckpts:
+        best = [c for c in ckpts if c.name.startswith("best-")] or ckpts
+        return DataError(f"a run folder with no exported retriever/ yet (the run is still going, was stopped, or "
+                         f"ran with export=false); load a checkpoint instead, e.g. {best[-1]}", path)
+    return DataError("not a checkpoint (.ckpt), a saved retriever (retriever.json) or a run folder", path)
 
 
 def _named(path: str | Path, fn: Any) -> Any:

@@ -5,9 +5,9 @@ name the first time it is asked for (toolgraph/registry.py), so nothing here is 
 """
 
 from toolgraph.registry import RETRIEVERS
-from toolgraph.retrieval.base import Ranking, Retriever, RetrieverConfig
+from toolgraph.retrieval.base import Hit, Ranking, Retriever, RetrieverConfig
 
-__all__ = ["RETRIEVERS", "Ranking", "Retriever", "RetrieverConfig", "resolve_retriever"]
+__all__ = ["RETRIEVERS", "Hit", "Ranking", "Retriever", "RetrieverConfig", "resolve_retriever"]
 
 
 def __getattr__(name: str):  # noqa: ANN202 - the resolver lives in loading.py, imported only when asked for

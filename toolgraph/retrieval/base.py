@@ -55,6 +55,28 @@ class Ranking:
         return len(self.ids)
 
 
+@dataclass(frozen=True)
+class Hit:
+    """One tool found for a request (``Retriever.search``): its rank (1 = best), score as a plain float
+    (on the retriever's own scale: cosine for dense encoders, BM25's for BM25) and the tool itself."""
+
+    rank: int
+    score: float
+    tool: Tool
+
+    @property
+    def id(self) -> str:
+        return self.tool.id
+
+    @property
+    def name(self) -> str:
+        return self.tool.name
+
+    def __str__(self) -> str:
+        owner = f" [{self.tool.agent}]" if self.tool.agent else ""
+        return f"{self.rank}. {self.score:.4f}  {self.tool.id}  {self.tool.name}{owner}"
+
+
 class Retriever(ABC):
     Config: ClassVar[type] = RetrieverConfig
     name: ClassVar[str] = ""
@@ -99,6 +121,18 @@ class Retriever(ABC):
             scores.append(values)
             ids += [[self.tools[i].id for i in row] for row in indices.tolist()]
         return Ranking(ids, torch.cat(scores) if scores else torch.zeros(0, k))
+
+    def search(self, query: str, k: int = 5) -> list[Hit]:
+        """The ``k`` best tools for one request as :class:`Hit` s (rank, score as a float, the ``Tool``
+        with its name and description); ``retrieve`` is the batched form (ids and a score tensor)."""
+        if not isinstance(query, str):
+            raise TypeError(f"search takes one request (a str), got {type(query).__name__}; "
+                            "retrieve takes a list of them")
+        ranking = self.retrieve([query], k)
+        chosen = set(ranking.ids[0])
+        tools = {t.id: t for t in self.tools if t.id in chosen}
+        return [Hit(rank, score, tools[i]) for rank, (i, score) in
+                enumerate(zip(ranking.ids[0], ranking.scores[0].tolist()), 1)]
 
     def retrieve_steps(self, step_lists: Sequence[Sequence[str]], k: int, merge: str = "max",
                        batch_size: int = 256, progress: bool | str = False) -> Ranking:

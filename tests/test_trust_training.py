@@ -223,7 +223,8 @@ def test_ddp_training_saves_through_the_atomic_checkpoint_io(synthetic_dataset_d
     assert saves.exists(), "no checkpoint was saved through AtomicCheckpointIO"
     ranks, names = zip(*(line.split() for line in saves.read_text().splitlines()))
     assert set(ranks) == {"0"} and "last.ckpt" in names and any(n.startswith("best-") for n in names)
-    assert torch.load(out / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 4
+    # validated at step 4 and at the last step, 8 (ValidateTheLastStep): last.ckpt is the end of the run
+    assert torch.load(out / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 8
 
 
 # ---- finding 5: a new run does not mix with the earlier run's checkpoints --------------------------
@@ -233,9 +234,10 @@ def test_a_new_run_into_an_earlier_run_folder_moves_its_checkpoints_aside(first_
     shutil.copytree(first_run, out)
     before = {n: (out / "checkpoints" / n).read_bytes() for n in _files(out / "checkpoints")}
     (out / "checkpoints" / ".last.ckpt.tmp-4242").write_bytes(b"cut")  # what a killed save left
-    assert cli(["train", *_overrides(synthetic_dataset_dir, tiny_bert_dir, out, steps=4)]) == 0  # no validation
+    # validated once, at its last step (ValidateTheLastStep), before the interval of 7 came
+    assert cli(["train", *_overrides(synthetic_dataset_dir, tiny_bert_dir, out, steps=4)]) == 0
     err = capsys.readouterr().err
-    assert _files(out / "checkpoints") == {"last.ckpt"}  # not last-v1.ckpt beside the old run's two
+    assert _files(out / "checkpoints") == {"best-0-4.ckpt", "last.ckpt"}  # not last-v1.ckpt beside the old run's
     assert torch.load(out / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 4
     old = [p for p in out.iterdir() if p.name.startswith("checkpoints.old-")]
     assert len(old) == 1 and f"moved to {old[0].name}/ (nothing deleted)" in err, err[-2000:]

@@ -23,6 +23,24 @@ else:
 _DEFAULT_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
 
 
+@pytest.fixture(autouse=True)
+def _signals_reach_pytest():
+    """A test that runs a toolgraph command in this process (``toolgraph.cli.main``) installs the project's
+    signal handlers, which turn SIGTERM into an exception that fails one test: put the handlers of before
+    back after every test, and stop the run (exit 143) when a test got a SIGTERM through them."""
+    import signal
+
+    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    yield
+    for s, handler in saved.items():
+        if handler is not None and signal.getsignal(s) is not handler:
+            signal.signal(s, handler)
+    from toolgraph.runs import received_signal
+
+    if received_signal() == signal.SIGTERM:
+        pytest.exit("SIGTERM received during a test: the run stops here", returncode=143)
+
+
 @pytest.fixture(scope="session")
 def data_root() -> Path:
     """The public benchmarks (TOOLGRAPH_DATA, else ../shared/datasets); skip if absent, fail in CI."""

@@ -112,7 +112,7 @@ def test_a_loader_that_puts_the_index_back_mid_swap_loses_nothing(index, tmp_pat
         sync_index(catalog, index)
     monkeypatch.undo()
     assert tree(index) == before and len(load_index(index).tools) == 10
-    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".idx")) == [".idx.lock"]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".idx")) == []
 
 
 # ---- finding 4: index sync deletes user files inside the index and resets the mode --------------------
@@ -241,7 +241,7 @@ def test_an_index_given_as_a_symlink_stays_a_link(mcp_catalog, tiny_bert_dir, tm
     assert link.is_symlink() and os.readlink(link) == str(real)  # the link is still the link ...
     assert len(load_index(real).tools) == 11  # ... and the folder it points to holds the new index
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
-    assert sorted(p.name for p in real.parent.iterdir()) == [".real-index.lock", "real-index"]
+    assert sorted(p.name for p in real.parent.iterdir()) == ["real-index"]
 
     dangling = tmp_path / "gone"
     dangling.symlink_to(tmp_path / "nowhere")
@@ -335,7 +335,7 @@ def test_a_full_disk_during_sync_is_a_clear_error_and_changes_nothing(small_disk
     err = capsys.readouterr().err
     assert "no space left" in err and str(idx) in err and "not changed" in err and "Traceback" not in err
     assert tree(idx) == before and len(load_index(idx).tools) == 10
-    assert sorted(p.name for p in small_disk.iterdir()) == [".idx.lock", "filler", "idx"]
+    assert sorted(p.name for p in small_disk.iterdir()) == ["filler", "idx"]
 
 
 def test_a_full_disk_during_evaluate_is_a_clear_error(small_disk, tiny_dataset_dir, capsys):

@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
 DOCS_PAGES = {"index", "getting-started", "configuration", "data", "dense", "usage-and-rerank", "dependencies",
-              "graph", "general", "agents-and-serving", "metrics", "results", "development", "architecture", "api"}
+              "graph", "general", "agents-and-serving", "your-own-catalog", "metrics", "results", "development", "architecture", "api"}
 
 
 def _prose(text: str) -> str:

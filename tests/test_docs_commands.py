@@ -4,14 +4,17 @@ A command is a line of a ```bash (or sh, shell) block (lines ending in a backsla
 skipped). ``RULES`` gives it a kind, first match wins:
 
 - ``run``: quick on real data, so it runs here verbatim with bash, in a temporary folder that holds
-  the repository's configs/, benchmarks/, train.py and evaluate.py (``runs/...`` lands there);
+  the repository's configs/, benchmarks/, examples/, train.py, evaluate.py and .venv (``runs/...`` lands
+  there), the way a reader runs it: in a fresh shell whose ``PATH`` has no virtual environment on it,
+  after ``source .venv/bin/activate`` when the page says to (every page with commands must);
 - ``resolve``: too long to run in a test (a training, a MiniLM evaluation, a benchmark); its configs,
   override keys and values load (the command with ``--print-config``, stopped where work would
   start), or a benchmark's arguments parse;
 - ``covered``: needs a server or the output of an hour-long run; the named tests run the same CLI
   path on tiny models (the test checks they exist);
 - ``gpu`` / ``cluster``: the docs line says so in a trailing comment, and its configs resolve;
-- ``ci``: ``make test``, which CI runs itself.
+- ``ci``: ``make test``, which CI runs itself;
+- ``setup``: ``make install`` and ``source .venv/bin/activate``, what every run above starts from.
 
 A command that no rule matches fails with its page and line: add a rule (or extend one) below.
 """
@@ -32,6 +35,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from toolgraph.data.loading import CHECKOUT_DATA
+
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 OFFLINE = {
@@ -43,13 +48,20 @@ OFFLINE = {
 
 # (regex over the command without its comment, kind, tests that cover it: "file.py::function").
 # Ordered: the first match wins. A run must take seconds (MiniLM encodes ~75 texts/s on 2 cores).
+ACTIVATE = "source .venv/bin/activate"
 RULES: list[tuple[str, str, tuple[str, ...]]] = [
     (r"^make test$", "ci", ()),
+    (r"^make install$|^source \.venv/bin/activate$", "setup", ()),
     (r"^make demo$", "resolve", ()),  # make -n demo: each python step resolves, the report reads their outputs
     (r"^torchrun .*--nnodes=(?!1 )\d|^(sbatch|srun) ", "cluster", ()),
     (r"--config configs/cluster/\d+gpu\.yaml", "gpu", ()),
     (r"^toolgraph data (list|stats|export|tdi build)( |$)", "run", ()),
     (r"^python evaluate\.py --config configs/(retriever|eval)/bm25[\w-]*\.yaml", "run", ()),
+    # docs/your-own-catalog.md over examples/: a sync of 43 tools with MiniLM, BM25 on 28 labels (seconds)
+    (r"^toolgraph index sync examples/servers\.json --index runs/example_index$", "run", ()),
+    (r"^toolgraph retrieve --checkpoint runs/example_index ", "run", ()),
+    (r"^toolgraph mcp-config --retriever runs/example_index( |$)", "run", ()),
+    (r"^python evaluate\.py --config examples/eval_bm25\.yaml --out runs/\S+$", "run", ()),
     (r"^toolgraph serve --retriever \S+$", "covered", ("test_serving.py::test_mcp_over_stdio",)),
     (
         r"^toolgraph serve --retriever \S+ --transport http",
@@ -117,6 +129,7 @@ class Command:
     line: int
     command: str  # without the comment
     comment: str
+    activated: bool = False  # the page says to run its commands after ``source .venv/bin/activate``
 
     @property
     def where(self) -> str:
@@ -147,7 +160,9 @@ def split_comment(text: str) -> tuple[str, str]:
 def docs_commands() -> list[Command]:
     out = []
     for page in PAGES:
-        lines = page.read_text(encoding="utf-8").splitlines()
+        text = page.read_text(encoding="utf-8")
+        activated = ACTIVATE in text
+        lines = text.splitlines()
         in_bash, i = False, 0
         while i < len(lines):
             stripped = lines[i].strip()
@@ -158,7 +173,7 @@ def docs_commands() -> list[Command]:
                 while text.endswith("\\") and i + 1 < len(lines):
                     i += 1
                     text = text[:-1].rstrip() + " " + lines[i].strip()
-                out.append(Command(page.relative_to(ROOT).as_posix(), start, *split_comment(text)))
+                out.append(Command(page.relative_to(ROOT).as_posix(), start, *split_comment(text), activated))
             i += 1
     return out
 
@@ -180,6 +195,13 @@ def test_the_docs_show_commands_and_every_one_is_classified():
     assert not unclassified, "classify these docs commands in RULES of tests/test_docs_commands.py:\n" + "\n".join(
         unclassified
     )
+
+
+def test_every_page_with_commands_says_how_they_run():
+    """A reader's fresh shell has no virtual environment: ``python`` lacks torch and ``toolgraph`` is not a
+    command until ``source .venv/bin/activate``. Every page showing commands other than ``make ...`` says so."""
+    silent = sorted({c.page for c in COMMANDS if not c.activated and not c.command.startswith("make ")})
+    assert not silent, f"these pages show commands but never say `{ACTIVATE}`: {silent}"
 
 
 def test_every_rule_matches_a_docs_command():
@@ -211,8 +233,9 @@ class Resolved(Exception):
 def workdir(tmp_path_factory) -> Path:
     """A folder where the docs' relative paths (configs/..., benchmarks/..., train.py) resolve."""
     work = tmp_path_factory.mktemp("docs-commands")
-    for name in ("configs", "benchmarks", "train.py", "evaluate.py"):
-        (work / name).symlink_to(ROOT / name)
+    for name in ("configs", "benchmarks", "examples", "train.py", "evaluate.py"):
+        if (ROOT / name).exists():
+            (work / name).symlink_to(ROOT / name)
     return work
 
 
@@ -233,13 +256,15 @@ def resolve_cli(argv: list[str], monkeypatch, capsys):
     monkeypatch.setattr(toolgraph.data, "load_dataset", stop)
     if argv[0] in ("train", "evaluate", "tune") and "--print-config" not in argv:
         argv = [*argv, "--print-config"]
+    printing = argv[0] in ("train", "evaluate", "tune")
     try:
         rc = main(argv)
     except Resolved as r:
         stopped_at = r.value
-    else:
-        pytest.fail(f"toolgraph {shlex.join(argv)} exited {rc} before its work: {capsys.readouterr().err[-2000:]}")
-    if argv[0] not in ("train", "evaluate", "tune"):  # graph build: load_dataset's first argument is the dataset
+    else:  # --print-config prints the resolved config and stops there
+        if rc != 0 or not printing:
+            pytest.fail(f"toolgraph {shlex.join(argv)} exited {rc} before its work: {capsys.readouterr().err[-2000:]}")
+    if not printing:  # graph build: load_dataset's first argument is the dataset
         cfg, name = {}, stopped_at
     else:
         cfg = yaml.safe_load(capsys.readouterr().out)
@@ -315,7 +340,7 @@ def resolve(cmd: Command, monkeypatch, capsys) -> bool:
 def _paths(command: str) -> set[str]:
     """The files a command names (``runs/x``, ``out/y``, also as ``key=runs/x``), but not the repository's."""
     words = [w.rpartition("=")[2] for w in shlex.split(command)]
-    return {w for w in words if "/" in w and not w.startswith(("configs/", "benchmarks/", "http"))}
+    return {w for w in words if "/" in w and not w.startswith(("configs/", "benchmarks/", "examples/", "http"))}
 
 
 @pytest.fixture(scope="module")
@@ -323,22 +348,39 @@ def ran(data_root, tmp_path_factory) -> tuple[Path, dict[str, subprocess.Complet
     """Each ``run`` command once (a command shown on several pages runs once) in one temporary folder,
     two at a time (the 2 cores CI has); a command that names a path an earlier one names (its output)
     starts after that one ends, so a producer must come first in the docs."""
+    venv = ROOT / ".venv"
+    if not (venv / "bin" / "activate").is_file():
+        pytest.skip("the docs' commands run in the project's .venv: make install creates it")
     work = tmp_path_factory.mktemp("docs-run")
-    for name in ("configs", "benchmarks", "train.py", "evaluate.py"):
-        (work / name).symlink_to(ROOT / name)
-    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
-    env = {**os.environ, **OFFLINE, "TOOLGRAPH_DATA": str(data_root), "PATH": path}
+    for name in ("configs", "benchmarks", "examples", "train.py", "evaluate.py", ".venv"):
+        if (ROOT / name).exists():
+            (work / name).symlink_to(ROOT / name)
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONHOME", "PYTHONPATH")}
+    env.update(OFFLINE, PATH=fresh_path())
+    env.pop("TOOLGRAPH_DATA", None)
+    if data_root.resolve() != CHECKOUT_DATA:  # a checkout beside ../shared finds it, as the docs say
+        env["TOOLGRAPH_DATA"] = str(data_root)
 
-    def run(command: str, after: list[Future]) -> subprocess.CompletedProcess:
+    def run(cmd: Command, after: list[Future]) -> subprocess.CompletedProcess:
         wait(after)
-        return subprocess.run(["bash", "-c", command], cwd=work, env=env, capture_output=True, text=True, timeout=600)
+        line = f"{ACTIVATE} && {cmd.command}" if cmd.activated else cmd.command
+        return subprocess.run(["bash", "-c", line], cwd=work, env=env, capture_output=True, text=True, timeout=600)
 
-    futures: dict[str, Future] = {}
+    futures: dict[tuple[str, bool], Future] = {}
     with ThreadPoolExecutor(max_workers=2) as pool:
-        for command in dict.fromkeys(c.command for c in COMMANDS if c.kind == "run"):
-            after = [f for earlier, f in futures.items() if _paths(earlier) & _paths(command)]
-            futures[command] = pool.submit(run, command, after)
-    return work, {command: f.result() for command, f in futures.items()}
+        for cmd in {(c.command, c.activated): c for c in COMMANDS if c.kind == "run"}.values():
+            after = [f for (earlier, _), f in futures.items() if _paths(earlier) & _paths(cmd.command)]
+            futures[cmd.command, cmd.activated] = pool.submit(run, cmd, after)
+    return work, {key: f.result() for key, f in futures.items()}
+
+
+def fresh_path() -> str:
+    """``PATH`` as a new login shell has it: without any virtual environment's ``bin`` (this one's, or
+    one activated in the shell that started pytest)."""
+    venvs = {Path(sys.prefix) / "bin", ROOT / ".venv" / "bin"}
+    keep = [d for d in os.environ.get("PATH", "").split(os.pathsep)
+            if d and not (Path(d) / "activate").is_file() and Path(d) not in venvs]
+    return os.pathsep.join(keep or ["/usr/local/bin", "/usr/bin", "/bin"])
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -360,12 +402,15 @@ def test_docs_command(cmd, request, workdir, monkeypatch, capsys):
         )
     if cmd.kind == "ci":
         assert re.search(r"^test:.*\n(\t.*\n)*\t.*pytest", (ROOT / "Makefile").read_text(), re.M)
+    elif cmd.kind == "setup":  # make install makes the .venv that the activate line enters
+        makefile = (ROOT / "Makefile").read_text()
+        assert re.search(r"^install:", makefile, re.M) and re.search(r"^VENV\s*:?=\s*\.venv$", makefile, re.M)
     elif cmd.kind == "covered":
         missing = [t for t in cmd.rule[2] if t.partition("::")[2] not in _test_functions(t.partition("::")[0])]
         assert cmd.rule[2] and not missing, f"{cmd.where}: no such tests {missing}"
     elif cmd.kind == "run":
         work, results = request.getfixturevalue("ran")
-        proc = results[cmd.command]
+        proc = results[cmd.command, cmd.activated]
         assert proc.returncode == 0, f"{cmd.where}: `{cmd.command}` exited {proc.returncode}:\n{proc.stderr[-3000:]}"
         argv = shlex.split(cmd.command)
         if "--out" in argv:

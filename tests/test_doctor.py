@@ -19,7 +19,10 @@ def test_doctor_on_this_machine_finds_everything(capsys, data_root):
 
 
 @pytest.mark.parametrize("value", [None, "/nonexistent/benchmarks"])
-def test_a_missing_data_folder_is_named_with_its_fix(monkeypatch, capsys, value):
+def test_a_missing_data_folder_is_named_with_its_fix(monkeypatch, capsys, tmp_path, value):
+    from toolgraph.data import loading
+
+    monkeypatch.setattr(loading, "CHECKOUT_DATA", tmp_path / "shared" / "datasets")  # no ../shared either
     if value is None:
         monkeypatch.delenv("TOOLGRAPH_DATA", raising=False)
     else:
@@ -43,3 +46,19 @@ def test_packages_are_checked_against_the_lock(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(doctor, "diagnose", lambda: list(checks.values()))
     assert main(["doctor"]) == 1  # a required package missing
     assert "1 missing" in capsys.readouterr().out
+
+
+def test_without_toolgraph_data_the_checkouts_shared_datasets_are_used_and_said(monkeypatch, tmp_path):
+    """Unset TOOLGRAPH_DATA is fine beside a ../shared/datasets: every command finds it (data.loading.data_root),
+    and doctor says it is that folder."""
+    from toolgraph.data import loading
+
+    shared = tmp_path / "shared" / "datasets"
+    (shared / "toollens").mkdir(parents=True)
+    (shared / "toollens" / "SOURCE.txt").write_text("test")
+    monkeypatch.setattr(loading, "CHECKOUT_DATA", shared)
+    monkeypatch.delenv("TOOLGRAPH_DATA", raising=False)
+    [check] = doctor.data_checks()
+    assert check.status == "ok" and check.detail.startswith(f"TOOLGRAPH_DATA unset: the checkout's ../shared/datasets, "
+                                                              f"{shared}: 1 benchmark folders (toollens)")
+    assert loading.data_root() == shared

@@ -111,14 +111,19 @@ def device_checks() -> list[Check]:
 
 
 def data_checks() -> list[Check]:
+    from toolgraph.data import loading
+
     value = os.environ.get("TOOLGRAPH_DATA")
-    if not value:
-        return [Check("missing", "data", "TOOLGRAPH_DATA is not set",
-                      "export TOOLGRAPH_DATA=../shared/datasets (the Makefile sets it), or data.root=... per run")]
-    root = Path(value).expanduser()
-    if not root.is_dir():
+    try:
+        root = loading.data_root()  # what every command uses: TOOLGRAPH_DATA, else the checkout's ../shared/datasets
+    except DataError:
+        if not value:
+            return [Check("missing", "data", f"TOOLGRAPH_DATA is not set, and {loading.CHECKOUT_DATA} (where a "
+                          "checkout beside ../shared finds the benchmarks) does not exist",
+                          "export TOOLGRAPH_DATA=/path/to/datasets (the Makefile sets it), or data.root=... per run")]
         return [Check("missing", "data", f"TOOLGRAPH_DATA={value} does not exist",
                       "point TOOLGRAPH_DATA at the folder that holds the benchmarks")]
+    where = "" if value else "TOOLGRAPH_DATA unset: the checkout's ../shared/datasets, "
     folders = sorted(p.name for p in root.iterdir() if (p / "SOURCE.txt").is_file())
     from toolgraph.registry import DATASETS
 
@@ -126,7 +131,7 @@ def data_checks() -> list[Check]:
     if not folders:
         return [Check("missing", "data", f"{root}: no benchmark folder (none with a SOURCE.txt)",
                       "copy or link the benchmarks there (docs/data.md)")]
-    return [Check("ok", "data", f"{root}: {len(folders)} benchmark folders ({', '.join(folders)}); "
+    return [Check("ok", "data", f"{where}{root}: {len(folders)} benchmark folders ({', '.join(folders)}); "
                   f"{len(names)} dataset names ({', '.join(names)})")]
 
 

@@ -101,7 +101,8 @@ def test_mcp_over_streamable_http_and_json_routes(http_server):
     assert not tools.is_error and tools.structured_content["result"] == local.search_tools("seven day weather forecast", 3)
     got = agents.structured_content["result"]
     assert [a["id"] for a in got] == [a["id"] for a in local.search_agents("book a flight", 2)]
-    assert all(t.startswith(a["id"] + "::") for a in got for t in a["tools"])
+    assert all(t["id"].startswith(a["id"] + "::") and t["name"] for a in got for t in a["tools"])
+    assert [a["rank"] for a in got] == [1, 2] and [t["rank"] for t in tools.structured_content["result"]] == [1, 2, 3]
     assert bad.is_error and "k must be an integer" in bad.content[0].text
 
     status, body = get_json(base + "/search?q=seven+day+weather+forecast&k=3")
@@ -193,17 +194,16 @@ def test_crash_between_the_renames_is_recovered(index):
     assert recover(index) and index.is_dir() and not old.exists()
     assert load_index(index).retrieve(["weather"], 2).ids == r.retrieve(["weather"], 2).ids
     save_atomically(r, index)  # a plain re-save swaps cleanly
-    assert [p.name for p in index.parent.glob(".idx.*")] == [".idx.lock"]  # only the lock file stays (unlocked)
+    assert [p.name for p in index.parent.glob(".idx.*")] == []  # nothing left beside it (the lock file is removed)
 
 
-def test_sync_refuses_a_plain_tool_index(tmp_path, mcp_catalog, tiny_bert_dir):
+def test_sync_of_a_plain_tool_index_and_a_missing_catalog(tmp_path, mcp_catalog, tiny_bert_dir):
     from toolgraph.retrieval.loading import resolve_retriever
 
     r = resolve_retriever({"name": "bm25"}, "r")
     r.index(load_index_tools(mcp_catalog))
     r.save(tmp_path / "bm25")
-    with pytest.raises(ConfigError, match="needs an agent index"):
-        sync_index(mcp_catalog[0], tmp_path / "bm25")
+    assert sync_index(mcp_catalog[0], tmp_path / "bm25")["unchanged"] == 10
     with pytest.raises(DataError, match="catalog not found"):
         sync_index(tmp_path / "nope.json", tmp_path / "x")
 
@@ -222,7 +222,8 @@ def test_plain_retrievers_serve_agents_by_roll_up(tmp_path, mcp_catalog):
     r.save(tmp_path / "bm25")
     live = LiveIndex(tmp_path / "bm25")
     agents = live.search_agents("book a seat on a flight", 2)
-    assert agents[0]["id"] == "flights" and agents[0]["tools"][0] == "flights::book_flight"
+    assert agents[0]["id"] == "flights" and agents[0]["tools"][0]["id"] == "flights::book_flight"
+    assert agents[0]["score"] == agents[0]["tools"][0]["score"]  # rolled up: an agent scores as its best tool
     with pytest.raises(ValueError, match="non-empty"):
         live.search_tools("  ", 2)
 

@@ -4,18 +4,40 @@
     toolgraph serve --retriever runs/mcp_index --transport http --port 8000
         # MCP streamable HTTP at http://127.0.0.1:8000/mcp, plus
         # GET /search?q=...&k=5  GET /search_agents?q=...&k=5  POST /search {"query", "k"}  GET /health
+    toolgraph mcp-config --retriever runs/mcp_index --client vscode  # the client's config, absolute paths
 
-MCP tools: ``search_tools(query, k)`` -> the k best tools ({id, name, agent, description, score,
-input_schema}); ``search_agents(query, k)`` -> the k best agents ({id, name, description, score,
-tools: the best tools inside}). Any saved retriever serves tools; agents come from an agent router
+MCP tools: ``search_tools(query, k)`` -> the k best tools ({rank, id, name, agent, description, score,
+input_schema}); ``search_agents(query, k)`` -> the k best agents ({rank, id, name, description, score,
+tools: the best tools inside, each {id, name, score}}). The server reports itself as ``toolgraph``
+with the package version. Any saved retriever serves tools; agents come from an agent router
 (``t2a`` …) or, for other retrievers, from the tool ranking rolled up to owners.
 
-The index is reloaded when ``toolgraph index sync`` replaces it (a watcher thread checks at most
-once a second, loads the new index beside the old one and swaps it in under a lock); an index that
-fails to load is never served: the server refuses to start on it, and a running server keeps the
-last good one. Retrieval runs in one worker thread (the tokenizer is not thread-safe), so the event
-loop keeps accepting requests, and encodes without the embedding cache: no query vector is ever
-written to disk.
+Scores: one scale for both tools, the retriever's own score of an entity. For an agent router (t2a,
+agent_only, tool_only, mcp_zero) that is the entity's fused score in the one joint ranking of all tools
+and agents of the index (``scorer: rrf``: sum over the dense and BM25 rankings of 1 / (rrf_k + rank),
+at most 2 / 61 ≈ 0.033 with the default ``rrf_k`` 60; ``dense``: cosine; ``bm25``: BM25), and an agent's
+score is its best entity's (itself or one of its tools). The order is the retriever's (t2a puts the
+tools of the ``route_agents`` best agents first), so ``rank`` is the answer's order and a tool further
+down may score higher. For any other retriever a tool's score is the retriever's and an agent's that of
+its best tool. (The router's own tool ranking adds a routing offset above 4 to the tools of the routed
+agents, and mcp_zero ±2 to its tiers: offsets for ordering, not relevance; they are not served.)
+
+Start: ``serve`` checks the options, binds the HTTP socket and makes the cheap checks of the index
+(:func:`check_servable`: the path exists and is a .ckpt / saved retriever / run folder, or exit 2
+naming the file), then answers at once: ``initialize`` and ``tools/list`` need no index. The index
+(torch, the encoder, a test query) loads in a background thread; a ``tools/call`` or ``/search`` that
+comes before it waits for it, up to ``--request-timeout`` seconds, then gets "the index is still
+loading" (``/health`` says ``"status": "loading"``, HTTP 503, until then). An index that fails to
+load is never served: the error (naming the file) answers every waiting call, is printed on stderr,
+and the process stops with exit status 2 a moment later (``LOAD_FAILED_GRACE``), as a start on a bad
+index always did. This module imports neither torch nor the retrieval code at its top, so that a
+start pays only for Python and the MCP SDK.
+
+The index is reloaded when ``toolgraph index sync`` replaces it (a watcher thread, started after the
+first load, checks at most once a second, loads the new index beside the old one and swaps it in
+under a lock); a new index that fails to load is not served: a running server keeps the last good
+one. Retrieval runs in one worker thread (the tokenizer is not thread-safe), so the event loop keeps
+accepting requests, and encodes without the embedding cache: no query vector is ever written to disk.
 
 Bounded requests (:class:`Limits`, every one an option of ``toolgraph serve``): a query longer than
 ``max_query_chars`` or a body larger than ``max_body_bytes`` is refused (HTTP 413 / an MCP tool
@@ -28,7 +50,7 @@ to die): at most ``limit_concurrency`` connections (one more: 503, closed), a wh
 ``header_timeout`` seconds (else 408, closed), idle keep-alive connections closed after
 ``keep_alive_timeout``; a request line or headers over the parser's limit get 414 / 431, and every
 refused client reads its answer before the socket closes (no reset). ``--host`` / ``--port`` are
-checked and bound before the index loads, and ``ulimit -n`` must hold the connections.
+checked and bound before anything loads, and ``ulimit -n`` must hold the connections.
 
 Failures are answers: a NaN / infinite score (a broken vector or model) is HTTP 500 with a JSON
 error or an MCP tool error, counted in ``/health`` ``errors``; a client gone mid-body is one log
@@ -48,17 +70,19 @@ import queue
 import sys
 import threading
 import time
+import zipfile
 from collections import deque
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from toolgraph.errors import ConfigError, DataError, ToolgraphError
-from toolgraph.retrieval.base import Retriever
-from toolgraph.retrieval.dense import embedding_cache_off
-from toolgraph.retrieval.loading import load
+from toolgraph.files import recover_folder
+
+if TYPE_CHECKING:  # torch and the retrieval code load with the index, in the background (see above)
+    from toolgraph.retrieval.base import Retriever
 
 MAX_K = 100
 LOCAL_HOSTS = ("127.0.0.1:*", "localhost:*", "[::1]:*")
@@ -66,6 +90,7 @@ LOCAL_ORIGINS = ("http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*")
 DRAIN_BYTES = 64 * 1024 * 1024  # an oversized body is read and dropped up to this, then the connection is cut
 TRIM_EVERY = 1.0  # seconds between two returns of freed heap memory to the OS (release_free_memory)
 LINGER = 5.0  # seconds a refused HTTP client has to finish sending before its socket is closed
+LOAD_FAILED_GRACE = 1.0  # seconds a server whose index failed to load keeps answering (the error), then exits 2
 _LOG = logging.getLogger("uvicorn.error")  # where uvicorn's own warnings go ("Invalid HTTP request received")
 
 
@@ -161,9 +186,51 @@ def _stamp_of(path: Path) -> tuple | None:
     return tuple(out)
 
 
+SERVABLE = "a folder written by toolgraph index sync, a saved retriever (retriever.json), a run folder or a .ckpt"
+
+
+def check_servable(path: str | Path) -> Path:
+    """The checks that cost nothing (no torch, no model; milliseconds) that ``path`` is something
+    :func:`toolgraph.load` reads: it exists and is a ``.ckpt`` (the zip archive torch writes), a saved
+    retriever folder (``retriever.json``: a JSON object naming its retriever and config) or a run
+    folder holding one under ``retriever/``. A DataError names the file. ``toolgraph serve`` makes
+    them before it starts (exit 2), then loads and test-queries the index in the background; an index
+    left aside by a crash mid-sync is put back first, as a load does."""
+    p = Path(path)
+    recover_folder(p)  # a rename, never a delete (toolgraph/files.py)
+    if not p.exists():
+        raise DataError(f"does not exist; give {SERVABLE} (e.g. toolgraph index sync servers.json --index {p})", p)
+    if p.is_file():
+        if p.suffix != ".ckpt":
+            raise DataError(f"not {SERVABLE}", p)
+        if not zipfile.is_zipfile(p):
+            raise DataError("not a readable checkpoint (not the zip archive torch.save writes: cut short, or "
+                            "another format?); re-train or re-export it", p)
+        return p
+    for folder in (p, p / "retriever"):
+        meta_path = folder / "retriever.json"
+        if not meta_path.is_file():
+            continue
+        try:
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as e:
+            raise DataError(f"not a readable saved retriever ({type(e).__name__}); rebuild it with toolgraph "
+                            "index sync or re-export it", meta_path) from None
+        if not isinstance(meta, dict) or not isinstance(meta.get("retriever"), str) \
+                or not isinstance(meta.get("config"), dict):
+            raise DataError("expected {\"retriever\": <name>, \"config\": {...}, \"tools\": <count>}; the folder is "
+                            "damaged: rebuild it with toolgraph index sync or re-export it", meta_path)
+        return p
+    raise DataError(f"not {SERVABLE} (no retriever.json in it or in its retriever/)", p)
+
+
 def open_index(path: str | Path) -> _Served:
     """Load the index at ``path`` and answer one query with it, or raise a ``DataError`` saying why
-    it cannot be served. Runs without the embedding cache."""
+    it cannot be served. Runs without the embedding cache. Imports torch and the retrieval code (the
+    first call of a process pays for them)."""
+    from toolgraph.retrieval.dense import embedding_cache_off
+    from toolgraph.retrieval.loading import load
+
     path = Path(path)
     with embedding_cache_off():
         try:
@@ -178,19 +245,59 @@ def open_index(path: str | Path) -> _Served:
     return _Served(retriever, {t.id: t for t in retriever.tools}, {a.id: a for a in getattr(retriever, "agents", [])})
 
 
+def _router_rankings(retriever: Any, queries: list[str], k: int, kind: str) -> tuple:
+    """An agent router's ranking of ``kind`` ("tools" / "agents") for ``queries``, with the served
+    scores (see the module docstring): the retriever's order, each entity scored by its fused score in
+    the joint ranking of all tools and agents, an agent by its best entity's. One scoring of the queries.
+    Returns (ids, scores) per query; for agents also the whole tool order and its scores (the tools
+    listed inside each agent come from it)."""
+    import torch
+
+    from toolgraph.retrieval.topk import topk
+
+    r = retriever
+    raw = r.raw_scores(queries)
+    n = len(r.tools)
+    joint = r.fuse(raw, torch.ones(n + len(r.agents), dtype=torch.bool))  # [Q, N + A]
+    tool_order = topk(r.tool_scores_from(raw), n if kind == "agents" else k, r.tools)[1]  # NaN / inf: an error
+    tool_ids = [[r.tools[i].id for i in row] for row in tool_order.tolist()]
+    tool_scores = joint[:, :n].gather(1, tool_order).tolist()
+    if kind == "tools":
+        return tool_ids, tool_scores
+    best = joint[:, n:].clone()  # [Q, A]: an agent's own entity, then its tools over it
+    owned = r.owner >= 0
+    if bool(owned.any()):
+        best = best.scatter_reduce(1, r.owner[owned].expand(len(queries), -1), joint[:, :n][:, owned], reduce="amax")
+    order = topk(r.agent_scores_from(raw), k, r.agents)[1]
+    return [[r.agents[i].id for i in row] for row in order.tolist()], best.gather(1, order).tolist(), tool_ids, tool_scores
+
+
+def _is_router(retriever: Any) -> bool:
+    from toolgraph.retrieval.agents import AgentRetriever
+
+    return isinstance(retriever, AgentRetriever)
+
+
 class LiveIndex:
     """A retriever loaded from ``path`` and replaced when the folder is replaced.
+
+    ``background=False`` (the default) loads it in the constructor, which raises if it cannot be
+    served. ``background=True`` (``toolgraph serve``) loads nothing there: :meth:`start` loads it in a
+    thread and returns at once; requests wait for the load (up to ``request_timeout``), ``loaded`` /
+    ``load_error`` say how it went, and a line on stderr says when it is served.
 
     Requests from concurrent clients are micro-batched: one worker thread owns the retriever, takes
     every request waiting (up to ``max_batch``) and answers them with one batched retrieval — one
     encoder call for 8 queries costs far less than 8 calls. ``max_batch=1`` turns this off.
 
-    A watcher thread (every ``check_every`` seconds; 0: never) loads a replaced index beside the
-    served one and swaps it in under a lock; if it fails to load, the last good index stays and
-    ``last_error`` says why. Counters are fixed-size: totals, and the last 1,024 batch sizes."""
+    A watcher thread (every ``check_every`` seconds; 0: never; started once the first load is done)
+    loads a replaced index beside the served one and swaps it in under a lock; if it fails to load,
+    the last good index stays and ``last_error`` says why. Counters are fixed-size: totals, and the
+    last 1,024 batch sizes."""
 
     def __init__(self, path: str | Path, check_every: float = 1.0, max_batch: int = 32,
-                 max_query_chars: int = Limits.max_query_chars, request_timeout: float = Limits.request_timeout):
+                 max_query_chars: int = Limits.max_query_chars, request_timeout: float = Limits.request_timeout,
+                 background: bool = False):
         if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
             raise ConfigError(f"max_batch must be >= 1, got {max_batch}")
         Limits(max_query_chars=max_query_chars, request_timeout=request_timeout)  # checks both
@@ -200,8 +307,13 @@ class LiveIndex:
         self.max_query_chars = max_query_chars
         self.request_timeout = request_timeout
         self._lock = threading.Lock()  # guards the swap of the served index and the reload counters
-        self._stamp = _stamp_of(self.path)
-        self._state = open_index(self.path)  # refuses to start on an index that cannot be served
+        self._state: _Served | None = None
+        self._stamp: tuple | None = None
+        self._settled = threading.Event()  # the first load is over, well or not
+        self._started = time.monotonic()
+        self.load_error: ToolgraphError | None = None  # why the first load failed (then nothing is served)
+        self.load_seconds: float | None = None
+        self._background = background
         self.reloads = 0
         self.reload_errors = 0
         self.last_error: str | None = None
@@ -211,18 +323,70 @@ class LiveIndex:
         self._count_lock = threading.Lock()
         self._queue: queue.Queue = queue.Queue()
         self._closed = threading.Event()
+        if not background:
+            self._first_load()
+            if self.load_error is not None:
+                raise self.load_error  # refuses to start on an index that cannot be served
+
+    def start(self) -> LiveIndex:
+        """Load the index in a background thread (``background=True``; once); returns at once."""
+        if self._background and not hasattr(self, "_loader"):
+            self._started = time.monotonic()
+            print(f"toolgraph serve: loading {self.path} in the background (calls wait for it)", file=sys.stderr,
+                  flush=True)
+            self._loader = threading.Thread(target=self._first_load, name="toolgraph-load", daemon=True)
+            self._loader.start()
+        return self
+
+    def _first_load(self) -> None:
+        try:
+            stamp = _stamp_of(self.path)
+            state = open_index(self.path)
+        except Exception as e:  # noqa: BLE001 - whatever it is, nothing is served and the message names the file
+            self.load_error = e if isinstance(e, ToolgraphError) else DataError(
+                f"cannot serve this index ({type(e).__name__}: {e})", self.path)
+            self.load_seconds = round(time.monotonic() - self._started, 3)
+            self._settled.set()
+            return
+        with self._lock:
+            self._state, self._stamp = state, stamp
+        self.load_seconds = round(time.monotonic() - self._started, 3)
         threading.Thread(target=self._worker, name="toolgraph-retrieval", daemon=True).start()
-        if check_every > 0:
+        if self.check_every > 0:
             threading.Thread(target=self._watch, name="toolgraph-reload", daemon=True).start()
+        self._settled.set()
+        if self._background:
+            r = state.retriever
+            agents = f", {len(getattr(r, 'agents', []))} agents" if getattr(r, "agents", None) else ""
+            print(f"toolgraph serve: serving {self.path} ({r.name}, {len(r.tools)} tools{agents}; loaded in "
+                  f"{self.load_seconds:.1f} s)", file=sys.stderr, flush=True)
+
+    @property
+    def loaded(self) -> bool:
+        """True once the index is loaded and served (False while loading, or after a failed load)."""
+        return self._settled.is_set() and self.load_error is None
+
+    def wait_loaded(self, timeout: float | None = None) -> bool:
+        """Wait for the first load (up to ``timeout`` seconds); True if it is over, well or not."""
+        return self._settled.wait(timeout)
 
     @property
     def retriever(self) -> Retriever:
+        """The served retriever (waits for the first load; raises its error if it failed)."""
+        self._settled.wait()
+        if self.load_error is not None:
+            raise DataError(str(self.load_error))
         return self._state.retriever
 
     def close(self) -> None:
-        """Stop the worker and the watcher threads (requests still queued get an error)."""
+        """Stop the worker and the watcher threads (requests still queued get an error), and wait for a
+        background load still running: a process that ends in the middle of torch's import or of the
+        test query aborts (C++ threads torn down under it)."""
         self._closed.set()
         self._queue.put(None)
+        loader = getattr(self, "_loader", None)
+        if loader is not None and loader is not threading.current_thread():
+            loader.join()
 
     # ---- reloads ------------------------------------------------------------------------------------
     def _watch(self) -> None:
@@ -233,7 +397,9 @@ class LiveIndex:
         """Load and serve the index at ``path`` if it was replaced since the last look; True if swapped.
         A new index that fails to load is not served (and not retried until it changes again). A load
         that fails because the folder was replaced again under it is no error: the next look loads
-        the newer folder."""
+        the newer folder. Nothing happens before the first load is done."""
+        if not self.loaded:
+            return False
         stamp = _stamp_of(self.path)
         if stamp is None or stamp == self._stamp:  # absent (the instant of a swap) or unchanged
             return False
@@ -260,6 +426,8 @@ class LiveIndex:
 
     # ---- the worker: batches of waiting requests, one retrieval per kind ---------------------------
     def _worker(self) -> None:
+        from toolgraph.retrieval.dense import embedding_cache_off
+
         last_trim = time.monotonic()
         with embedding_cache_off():  # query vectors are never cached (on disk or in memory)
             while True:
@@ -319,10 +487,17 @@ class LiveIndex:
         if self._closed.is_set():
             raise ServerBusy("the server is shutting down")
         self._count("requests")
+        deadline = time.monotonic() + self.request_timeout
+        if not self._settled.wait(self.request_timeout):  # the first call of a fresh server waits for the load
+            self._count("timeouts")
+            raise ServerBusy(f"the index is still loading ({time.monotonic() - self._started:.0f} s so far, "
+                             f"{self.path}); retry in a moment, or raise --request-timeout") from None
+        if self.load_error is not None:
+            raise DataError(f"the index cannot be served: {self.load_error}")
         fut: Future = Future()
         self._queue.put((kind, query, k, fut))
         try:
-            return fut.result(timeout=self.request_timeout)
+            return fut.result(timeout=max(0.0, deadline - time.monotonic()))
         except FutureTimeout:
             fut.cancel()  # still queued: the worker skips it
             self._count("timeouts")
@@ -335,25 +510,34 @@ class LiveIndex:
 
     def _tools(self, queries: list[str], k: int) -> list[list[dict[str, Any]]]:
         served = self._state  # one snapshot: a swap in the middle of a batch never mixes two indexes
-        ranking = served.retriever.retrieve(queries, k)
+        if _is_router(served.retriever):
+            ids, scores = _router_rankings(served.retriever, queries, k, "tools")
+        else:
+            ranking = served.retriever.retrieve(queries, k)
+            ids, scores = ranking.ids, ranking.scores.tolist()
         tool = served.tool
-        return [[{"id": i, "name": tool[i].name, "agent": tool[i].agent, "description": tool[i].description,
-                  "score": round(float(s), 6), "input_schema": tool[i].parameters}
-                 for i, s in zip(ids, scores)] for ids, scores in zip(ranking.ids, ranking.scores.tolist())]
+        return [[{"rank": rank, "id": i, "name": tool[i].name, "agent": tool[i].agent,
+                  "description": tool[i].description, "score": round(float(s), 6), "input_schema": tool[i].parameters}
+                 for rank, (i, s) in enumerate(zip(row, values), 1)] for row, values in zip(ids, scores)]
 
     def _agents(self, queries: list[str], k: int, tools_per_agent: int = 3) -> list[list[dict[str, Any]]]:
         served = self._state
-        agents, tools = served.retriever.retrieve_agents_and_tools(queries, k)  # one scoring of the queries
+        if _is_router(served.retriever):
+            ids, scores, tool_ids, tool_scores = _router_rankings(served.retriever, queries, k, "agents")
+        else:  # agents in order of their best tool, scored by it
+            agents, tools = served.retriever.retrieve_agents_and_tools(queries, k)  # one scoring of the queries
+            ids, scores, tool_ids, tool_scores = agents.ids, agents.scores.tolist(), tools.ids, tools.scores.tolist()
         out = []
-        for ids, scores, ranked in zip(agents.ids, agents.scores.tolist(), tools.ids):
-            inside: dict[str, list[str]] = {a: [] for a in ids}
-            for t in ranked:
+        for row, values, ranked, ranked_scores in zip(ids, scores, tool_ids, tool_scores):
+            inside: dict[str, list[dict]] = {a: [] for a in row}
+            for t, s in zip(ranked, ranked_scores):
                 best = inside.get(served.tool[t].agent)
                 if best is not None and len(best) < tools_per_agent:
-                    best.append(t)
-            out.append([{"id": a, "name": served.agent[a].name if a in served.agent else a,
+                    best.append({"id": t, "name": served.tool[t].name, "score": round(float(s), 6)})
+            out.append([{"rank": rank, "id": a, "name": served.agent[a].name if a in served.agent else a,
                          "description": served.agent[a].description if a in served.agent else "",
-                         "score": round(float(s), 6), "tools": inside[a]} for a, s in zip(ids, scores)])
+                         "score": round(float(s), 6), "tools": inside[a]}
+                        for rank, (a, s) in enumerate(zip(row, values), 1)])
         return out
 
     # ---- public -------------------------------------------------------------------------------------
@@ -366,12 +550,19 @@ class LiveIndex:
         return self._submit("agents", query, k)
 
     def health(self) -> dict[str, Any]:
+        """``status``: "loading" (the first load runs), "failed" (it failed: ``error``) or "ok"."""
+        with self._count_lock:
+            counts = dict(self.counts)
+        if not self.loaded:
+            failed = self._settled.is_set()
+            return {"status": "failed" if failed else "loading", "index": str(self.path),
+                    "error": str(self.load_error) if failed else None,
+                    "seconds": self.load_seconds if failed else round(time.monotonic() - self._started, 1), **counts}
         with self._lock:
             served, reloads, reload_errors, last_error = self._state, self.reloads, self.reload_errors, self.last_error
         r = served.retriever
-        with self._count_lock:
-            counts = dict(self.counts)
         return {"status": "ok", "retriever": r.name, "tools": len(r.tools), "agents": len(getattr(r, "agents", [])),
+                "load_seconds": self.load_seconds,
                 "reloads": reloads, "reload_errors": reload_errors, "last_reload_error": last_error,
                 **counts, "last_request_error": self.last_request_error,
                 "mean_batch": round(counts["batched"] / counts["batches"], 2) if counts["batches"] else 0,
@@ -391,6 +582,8 @@ def _check(query: Any, k: Any, max_query_chars: int = Limits.max_query_chars) ->
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
         raise RequestError(f"k must be an integer between 1 and {MAX_K}, got {k!r}")
     return k
+
+
 
 
 def _allowed(value: str, patterns: tuple[str, ...]) -> bool:
@@ -415,18 +608,45 @@ def check_headers(headers: Any, limits: Limits) -> None:
         raise err
 
 
+TOOLS_HELP = ("Find the tools of this catalog that fit a request. Returns the k best, best first: rank, id, name, "
+              "agent (the MCP server offering it), description, input_schema and score (relevance, higher is "
+              "better; the same scale as search_agents' scores).")
+AGENTS_HELP = ("Find the agents (MCP servers / tool providers) of this catalog to route a request to. Returns the "
+               "k best, best first: rank, id, name, description, score (relevance, higher is better; the same "
+               "scale as search_tools' scores) and tools: up to 3 of the agent's best tools for the request "
+               "(id, name, score).")
+
+
+def _arguments(max_query_chars: int) -> dict[str, Any]:
+    """The annotations of both MCP tools: ``query`` and ``k`` with their descriptions (the inputSchema)."""
+    from typing import Annotated
+
+    from pydantic import Field
+
+    query = Annotated[str, Field(description="What the agent needs to do, in plain words (e.g. 'get tomorrow's "
+                                             f"weather in Paris'); at most {max_query_chars} characters.")]
+    k = Annotated[int, Field(description=f"How many results to return, best first (1 to {MAX_K}).",
+                             json_schema_extra={"minimum": 1, "maximum": MAX_K})]  # checked by _check (clear errors)
+    return {"query": query, "k": k, "return": list[dict]}
+
+
 def build_server(index: LiveIndex, name: str = "toolgraph", limits: Limits | None = None):
-    """The MCP server (``mcp.server.mcpserver.MCPServer``) with both tools and the JSON routes;
-    :func:`http_app` makes its ASGI app with the same limits on ``/mcp``."""
+    """The MCP server (``mcp.server.mcpserver.MCPServer``, reporting ``name`` and toolgraph's version)
+    with both tools and the JSON routes; :func:`http_app` makes its ASGI app with the same limits on
+    ``/mcp``. Needs no loaded index: calls wait for it (:class:`LiveIndex`)."""
     import anyio
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
     from starlette.requests import Request
     from starlette.responses import JSONResponse
 
+    from toolgraph import __version__
+
     limits = limits or Limits(max_query_chars=index.max_query_chars, request_timeout=index.request_timeout)
-    server = MCPServer(name, instructions="Search this tool catalog: search_tools(query, k) finds the tools that fit "
-                                          "a request; search_agents(query, k) finds the servers (agents) to route to.")
+    server = MCPServer(name, version=__version__,
+                       instructions="Search this tool catalog: search_tools(query, k) finds the tools that fit a "
+                                    "request; search_agents(query, k) finds the servers (agents) to route to. "
+                                    "Results come best first, with a rank and a relevance score on one scale.")
     server.toolgraph_limits = limits
 
     async def _call(fn, query: str, k: int) -> list[dict]:
@@ -435,15 +655,15 @@ def build_server(index: LiveIndex, name: str = "toolgraph", limits: Limits | Non
         except (ValueError, ToolgraphError) as e:  # the caller's mistake, a busy server, a broken index: the
             raise ToolError(str(e)) from None  # model reads the message
 
-    @server.tool()
-    async def search_tools(query: str, k: int = 5) -> list[dict]:
-        """The k tools that best fit the request (id, name, agent, description, score, input_schema)."""
+    async def search_tools(query, k=5):
         return await _call(index.search_tools, query, k)
 
-    @server.tool()
-    async def search_agents(query: str, k: int = 5) -> list[dict]:
-        """The k agents (MCP servers / tool providers) that best fit the request, each with its best tools."""
+    async def search_agents(query, k=5):
         return await _call(index.search_agents, query, k)
+
+    for fn, doc in ((search_tools, TOOLS_HELP), (search_agents, AGENTS_HELP)):
+        fn.__annotations__ = _arguments(limits.max_query_chars)  # objects, not strings: the SDK reads them as is
+        server.tool(description=doc)(fn)
 
     async def _json(request: Request, fn) -> JSONResponse:
         try:
@@ -489,10 +709,12 @@ def build_server(index: LiveIndex, name: str = "toolgraph", limits: Limits | Non
             check_headers(request.headers, limits)
         except RequestError as e:
             return JSONResponse({"error": str(e)}, status_code=e.status)
-        return JSONResponse({**index.health(), "limits": {
+        state = index.health()  # 503 while the index loads (or failed to): ready for traffic only when "ok"
+        return JSONResponse({**state, "limits": {
             "max_query_chars": limits.max_query_chars, "max_body_bytes": limits.max_body_bytes,
             "request_timeout": limits.request_timeout, "max_k": MAX_K, "limit_concurrency": limits.limit_concurrency,
-            "header_timeout": limits.header_timeout, "keep_alive_timeout": limits.keep_alive_timeout}})
+            "header_timeout": limits.header_timeout, "keep_alive_timeout": limits.keep_alive_timeout}},
+            status_code=200 if state["status"] == "ok" else 503)
 
     return server
 
@@ -730,31 +952,78 @@ def _check_descriptors(limits: Limits) -> None:
                           "--limit-concurrency or raise ulimit -n")
 
 
-async def _run_stdio(server: Any) -> None:
-    """``server.run("stdio")``, except that a request holding a lone surrogate escape (``"\\ud800"``)
-    is answered: the SDK's JSON parser refuses such a line and drops it, and the client waits for
-    ever. Such a ``tools/call`` gets a tool error, any other request a JSON-RPC error."""
-    import io
+async def _stop_if_load_fails(index: LiveIndex, stop: Any) -> None:
+    """Once the first load of ``index`` is over: if it failed, ``stop()`` the server after
+    ``LOAD_FAILED_GRACE`` seconds (the calls that waited for it get the error first)."""
+    import anyio
+
+    while not index.wait_loaded(0):
+        await anyio.sleep(0.05)
+    if index.load_error is not None:
+        await anyio.sleep(LOAD_FAILED_GRACE)
+        stop()
+
+
+async def _run_stdio(server: Any, index: LiveIndex | None = None) -> None:
+    """``server.run("stdio")``, except that
+
+    - a request holding a lone surrogate escape (``"\\ud800"``) is answered: the SDK's JSON parser
+      refuses such a line and drops it, and the client waits for ever. Such a ``tools/call`` gets a
+      tool error, any other request a JSON-RPC error;
+    - stdin is read by a daemon thread, so the server can stop while a read waits: when ``index``
+      (whose background load starts once the streams are open) fails to load, the lines end as at
+      the end of stdin, and the server returns."""
+    import codecs
 
     import anyio
+    from anyio import from_thread
     from mcp.server.stdio import stdio_server
     from mcp.shared.message import SessionMessage
 
     replies: list = []  # the write stream, once open
+    send, receive = anyio.create_memory_object_stream(16)
+    token = anyio.lowlevel.current_token()
+
+    def read_stdin() -> None:  # os.read, not sys.stdin: a daemon thread holding an io object's lock when
+        decode = codecs.getincrementaldecoder("utf-8")(errors="replace").decode  # the process ends aborts it
+        pending = ""
+        try:
+            while chunk := os.read(fd, 65536):
+                *lines, pending = (pending + decode(chunk)).split("\n")
+                for line in lines:
+                    from_thread.run(send.send, line + "\n", token=token)
+            pending += decode(b"", final=True)
+            if pending:  # a last line without its newline
+                from_thread.run(send.send, pending, token=token)
+            from_thread.run_sync(send.close, token=token)
+        except Exception:  # noqa: BLE001 - the event loop is gone (the server stopped): nothing to pass on
+            return
+
+    fd = sys.stdin.fileno()
+
+    threading.Thread(target=read_stdin, name="toolgraph-stdin", daemon=True).start()
 
     async def lines():
-        stdin = anyio.wrap_file(io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace"))
-        async for line in stdin:
-            reply = _surrogate_reply(line)
-            if reply is None:
-                yield line
-            elif reply is not False:
-                await replies[0].send(SessionMessage(reply))
+        async with receive:
+            async for line in receive:
+                reply = _surrogate_reply(line)
+                if reply is None:
+                    yield line
+                elif reply is not False:
+                    await replies[0].send(SessionMessage(reply))
 
     async with stdio_server(stdin=lines()) as (read_stream, write_stream):
         replies.append(write_stream)
         low = server._lowlevel_server  # what MCPServer.run_stdio_async runs, on these streams
-        await low.run(read_stream, write_stream, low.create_initialization_options())
+        async with anyio.create_task_group() as tg:
+            async def run() -> None:
+                await low.run(read_stream, write_stream, low.create_initialization_options())
+                tg.cancel_scope.cancel()  # stdin closed: the client is gone
+
+            tg.start_soon(run)
+            if index is not None:  # a failed load stops the server as stdin's end does: its lines end
+                index.start()
+                tg.start_soon(_stop_if_load_fails, index, send.close)
 
 
 def _surrogate_reply(line: str) -> Any:
@@ -803,8 +1072,11 @@ def serve(retriever: str | Path, transport: str = "stdio", host: str = "127.0.0.
           limit_concurrency: int = Limits.limit_concurrency, header_timeout: float = Limits.header_timeout,
           keep_alive_timeout: float = Limits.keep_alive_timeout) -> None:
     """Run the server until interrupted (``toolgraph serve``). Every limit is a :class:`Limits`
-    field. The options and (for HTTP) the socket are checked before the index loads (a ConfigError
-    naming the option); an index that cannot be served is a ``DataError``."""
+    field. The options and (for HTTP) the socket are checked first (a ConfigError naming the option),
+    then the index path (:func:`check_servable`, a DataError naming the file); the server then answers
+    at once and loads the index in the background. If that load fails, the error answers the calls
+    waiting for it, and after ``LOAD_FAILED_GRACE`` seconds the server stops and ``serve`` raises it (a
+    ``DataError`` naming the file: ``toolgraph serve`` exits 2)."""
     if transport not in ("stdio", "http"):
         raise ConfigError(f"--transport must be stdio or http, got {transport!r}")
     limits = Limits(max_query_chars=max_query_chars, max_body_bytes=max_body_bytes, request_timeout=request_timeout,
@@ -812,23 +1084,44 @@ def serve(retriever: str | Path, transport: str = "stdio", host: str = "127.0.0.
                     limit_concurrency=limit_concurrency, header_timeout=header_timeout,
                     keep_alive_timeout=keep_alive_timeout)
     sock = _listen(host, port) if transport == "http" else None
+    logging.getLogger("torch").setLevel(logging.WARNING)  # the SDK logs INFO; torch's exit statistics are noise
+    index = None
     try:
-        index = LiveIndex(retriever, max_batch=max_batch, max_query_chars=max_query_chars,
-                          request_timeout=request_timeout)
+        path = check_servable(retriever)
+        index = LiveIndex(path, max_batch=max_batch, max_query_chars=max_query_chars, request_timeout=request_timeout,
+                          background=True)
         server = build_server(index, limits=limits)
         if sock is None:
             import anyio
 
-            anyio.run(_run_stdio, server)
-            return
-        _check_descriptors(limits)
-        _serve_http(server, limits, sock, host)
+            anyio.run(_run_stdio, server, index)
+        else:
+            _check_descriptors(limits)
+            _serve_http(server, limits, sock, host, index)
+        if index.load_error is not None:
+            raise index.load_error
+        if not index.wait_loaded(0):  # the client left (or the server was stopped) while the index loaded
+            _end_process_now()
     finally:
+        if index is not None:
+            index.close()
         if sock is not None:
             sock.close()
 
 
-def _serve_http(server: Any, limits: Limits, sock: Any, host: str) -> None:
+def _end_process_now() -> None:
+    """Exit 0 at once, without the interpreter's teardown: a load still running in its thread (a
+    load writes nothing) would keep the process for the rest of the load, and a process that ends in
+    the middle of torch's import or of a query aborts (C++ threads torn down under it)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(0)
+
+
+def _serve_http(server: Any, limits: Limits, sock: Any, host: str, index: LiveIndex | None = None) -> None:
     import asyncio
 
     import uvicorn
@@ -844,6 +1137,10 @@ def _serve_http(server: Any, limits: Limits, sock: Any, host: str) -> None:
                 name = sock.getsockname()
                 _LOG.info("toolgraph serve: listening on http://%s:%d (MCP at /mcp)",
                           f"[{name[0]}]" if ":" in name[0] else name[0], name[1])
+                if index is not None:  # the index loads now; a failed load stops the server
+                    index.start()
+                    self._stopper = asyncio.get_running_loop().create_task(
+                        _stop_if_load_fails(index, lambda: setattr(self, "should_exit", True)))
 
     # the request line and headers are bounded by h11 (over it: 414 / 431);
     # room for a query of max_query_chars characters, percent-encoded

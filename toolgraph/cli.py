@@ -1,10 +1,14 @@
-"""The ``toolgraph`` command: data, evaluate, tune, train, retrieve, report, serve, index sync."""
+"""The ``toolgraph`` command: data, evaluate, tune, train, retrieve, report, serve, mcp-config, index sync.
+
+Imports little at its top (the standard library and ``toolgraph.errors``): each command imports what it
+needs, so ``toolgraph serve`` starts answering MCP clients without waiting for torch."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import shlex
 import signal
 import sys
 from collections.abc import Sequence
@@ -107,7 +111,8 @@ def cmd_graph(args: argparse.Namespace) -> int:
 def _evaluate_config(args: argparse.Namespace):  # noqa: ANN202 - an EvaluateConfig
     """The evaluation config of ``evaluate`` and ``tune``: ``--config`` files (default: the data a
     ``--checkpoint`` was trained on) then overrides, ``--checkpoint`` and ``--out`` over them; the output
-    folder checked before any work (never write into someone else's folder)."""
+    folder checked before any work (never write into someone else's folder). With ``--print-config``:
+    printed, and None (the command stops there, exit 0)."""
     from toolgraph.config import EvaluateConfig, load_config, to_yaml
     from toolgraph.evaluation import trained_on
     from toolgraph.runs import check_output_folder
@@ -120,10 +125,11 @@ def _evaluate_config(args: argparse.Namespace):  # noqa: ANN202 - an EvaluateCon
         cfg.checkpoint = args.checkpoint
     if args.out:
         cfg.out = args.out
+    if args.print_config:  # printed, and nothing else is done (no folder is checked or written)
+        print(to_yaml(cfg))
+        return None
     if cfg.out:
         check_output_folder(cfg.out, "--out" if args.out else "out")
-    if args.print_config:
-        print(to_yaml(cfg))
     return cfg
 
 
@@ -131,6 +137,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from toolgraph.evaluation import format_table, run
 
     cfg = _evaluate_config(args)
+    if cfg is None:  # --print-config
+        return 0
     report = run(cfg)
     print(format_table({report.label: report.metrics}, cfg.eval.ks))
     if report.agent_metrics:
@@ -149,6 +157,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
     grid = parse_grid(args.grid)  # a bad --grid fails before the config's work
     cfg = _evaluate_config(args)
+    if cfg is None:  # --print-config
+        return 0
     tuned = choose_on_val(cfg, grid, args.metric, val_split=args.val_split, log=print)
     report = tuned.report
     label = (f"{tuned.retriever.name} on {cfg.data.name}/{cfg.data.split} ({len(report.query_ids)} queries), "
@@ -169,8 +179,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     cfg = load_config(TrainConfig, args.config, args.overrides)
     if args.out:
         cfg.out_dir = args.out
-    if args.print_config:
+    if args.print_config:  # printed, and nothing is trained
         print(to_yaml(cfg))
+        return 0
     summary = train(cfg)
     metrics = summary.get("metrics") or {}
     if any("@" in k for k in metrics):  # a retriever: the usual table
@@ -211,6 +222,86 @@ def cmd_serve(args: argparse.Namespace) -> int:
           args.max_body_bytes, args.request_timeout, args.allowed_host, args.allowed_origin,
           limit_concurrency=args.limit_concurrency, header_timeout=args.header_timeout,
           keep_alive_timeout=args.keep_alive_timeout)
+    return 0
+
+
+MCP_CLIENTS = ("claude-desktop", "cursor", "vscode", "claude-code", "inspector", "generic")
+SERVER_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}  # a server never reaches for the hub
+WHERE = {  # what to do with the printed config (said on stderr: stdout is the config alone)
+    "claude-desktop": "add it to claude_desktop_config.json (macOS: ~/Library/Application Support/Claude/, Windows: "
+                      "%APPDATA%\\Claude\\; merge it into an existing mcpServers), then restart Claude Desktop",
+    "cursor": "put it in ~/.cursor/mcp.json (every project) or .cursor/mcp.json (one project; merge into an "
+              "existing mcpServers)",
+    "vscode": "put it in .vscode/mcp.json of the workspace (merge into an existing servers)",
+    "claude-code": "run it (add --scope user for every project)",
+    "inspector": "run it: it lists the tools (--method tools/call --tool-name search_tools --tool-arg query=... "
+                 "--tool-arg k=3 calls one)",
+    "generic": "a client that starts stdio servers runs command + args with env; over HTTP it connects to url",
+}
+
+
+def toolgraph_command() -> list[str]:
+    """The absolute command that runs this environment's ``toolgraph``: the console script beside the
+    Python running now (the path is made absolute, not resolved: a venv's python is a symlink, and the
+    script must be the venv's), else that Python with ``-m toolgraph.cli``. A client starts servers
+    with its own PATH, where a bare ``toolgraph`` is not found (``spawn toolgraph ENOENT``)."""
+    python = Path(os.path.abspath(sys.executable))
+    for name in ("toolgraph", "toolgraph.exe"):
+        exe = python.parent / name
+        if exe.is_file() and os.access(exe, os.X_OK):
+            return [str(exe)]
+    return [str(python), "-m", "toolgraph.cli"]
+
+
+def mcp_client_config(client: str, command: list[str], index: str, transport: str = "stdio", port: int = 8000,
+                      name: str = "toolgraph") -> str:
+    """The text ``toolgraph mcp-config`` prints: ``client``'s configuration of the toolgraph server over
+    ``index`` (absolute paths), in that client's own format."""
+    if client not in MCP_CLIENTS:
+        raise ToolgraphError(f"--client must be one of {', '.join(MCP_CLIENTS)}, got {client!r}")
+    argv = [*command[1:], "serve", "--retriever", index]
+    url = f"http://127.0.0.1:{port}/mcp"
+    if transport == "stdio":
+        spec: dict = {"command": command[0], "args": argv, "env": dict(SERVER_ENV)}
+    elif client == "claude-desktop":
+        raise ToolgraphError("--client claude-desktop --transport http: Claude Desktop's config file starts stdio "
+                             "servers only; use --transport stdio (a remote server is added under Settings > "
+                             "Connectors instead)")
+    else:
+        spec = {"url": url}
+    if client in ("claude-desktop", "cursor"):
+        return json.dumps({"mcpServers": {name: spec}}, indent=2)
+    if client == "vscode":
+        return json.dumps({"servers": {name: {"type": transport, **spec}}}, indent=2)
+    if client == "generic":
+        return json.dumps({"name": name, "transport": transport, **spec}, indent=2)
+    if client == "claude-code":  # the name before --env: the variadic --env would take it as a value
+        if transport == "http":
+            return shlex.join(["claude", "mcp", "add", "--transport", "http", name, url])
+        env = [word for key, value in SERVER_ENV.items() for word in ("--env", f"{key}={value}")]
+        return shlex.join(["claude", "mcp", "add", "--transport", "stdio", name, *env, "--", command[0], *argv])
+    inspector = ["npx", "-y", "@modelcontextprotocol/inspector", "--cli"]
+    if transport == "http":
+        return shlex.join([*inspector, url, "--transport", "http", "--method", "tools/list"])
+    env = [word for key, value in SERVER_ENV.items() for word in ("-e", f"{key}={value}")]
+    return shlex.join([*inspector, *env, command[0], *argv, "--method", "tools/list"])
+
+
+def cmd_mcp_config(args: argparse.Namespace) -> int:
+    """toolgraph mcp-config --retriever DIR [--client C] [--transport stdio|http] [--port N]: a client's config."""
+    from toolgraph.serving import check_servable
+
+    check_servable(args.retriever)  # the checks serve makes before it starts (exit 2 naming the file)
+    index = os.path.abspath(args.retriever)  # absolute, links kept (a synced index may be a symlink)
+    command = toolgraph_command()
+    print(mcp_client_config(args.client, command, index, args.transport, args.port, args.name))
+    if len(command) > 1:
+        print(f"note: no toolgraph executable beside {command[0]}; the config runs {shlex.join(command)} (install "
+              "the package: pip install -e .)", file=sys.stderr)
+    if args.transport == "http":
+        start = [*command, "serve", "--retriever", index, "--transport", "http", "--port", str(args.port)]
+        print(f"start the server first: {shlex.join(start)}", file=sys.stderr)
+    print(f"{args.client}: {WHERE[args.client]}", file=sys.stderr)
     return 0
 
 
@@ -392,6 +483,17 @@ def build_parser() -> argparse.ArgumentParser:
                         "http://[::1]:*)")
     v.set_defaults(fn=cmd_serve)
 
+    mc = sub.add_parser("mcp-config", help="print an MCP client's config for serving an index (absolute paths)")
+    mc.add_argument("--retriever", required=True, help="the index folder (as for serve): saved retriever, run folder or .ckpt")
+    mc.add_argument("--client", choices=MCP_CLIENTS, default="claude-desktop",
+                    help="the client's format: claude-desktop / cursor ({\"mcpServers\": ...}), vscode (.vscode/mcp.json), "
+                         "claude-code (a claude mcp add line), inspector (an npx line), generic (command, args, env)")
+    mc.add_argument("--transport", choices=["stdio", "http"], default="stdio",
+                    help="stdio: the client starts the server; http: the client connects to a running one")
+    mc.add_argument("--port", type=int, default=8000, help="the HTTP server's port (--transport http)")
+    mc.add_argument("--name", default="toolgraph", help="the server's name in the client's config")
+    mc.set_defaults(fn=cmd_mcp_config)
+
     i = sub.add_parser("index", help="maintain a saved agent/tool index")
     i.add_argument("action", choices=["sync"])
     i.add_argument("catalog", help="MCP servers JSON, a folder of tools/list responses, or a dataset folder")
@@ -427,7 +529,7 @@ def build_parser() -> argparse.ArgumentParser:
 def add_evaluate_args(e: argparse.ArgumentParser) -> None:
     e.add_argument("--config", action="append", default=[], help="YAML file (repeatable, later wins)")
     e.add_argument("--out", default=None, help="output folder (evaluate: out, train: out_dir)")
-    e.add_argument("--print-config", action="store_true", help="print the resolved config")
+    e.add_argument("--print-config", action="store_true", help="print the resolved config and exit (nothing runs)")
     e.add_argument("--checkpoint", default=None, help="evaluate: a .ckpt, exported retriever or run folder")
     e.add_argument("overrides", nargs="*", help="key=value or --key=value")
 

@@ -114,11 +114,12 @@ def _evaluate_config(args: argparse.Namespace):  # noqa: ANN202 - an EvaluateCon
     folder checked before any work (never write into someone else's folder). With ``--print-config``:
     printed, and None (the command stops there, exit 0)."""
     from toolgraph.config import EvaluateConfig, load_config, to_yaml
-    from toolgraph.evaluation import trained_on
     from toolgraph.runs import check_output_folder
 
     sources = list(args.config)
     if args.checkpoint and not sources:
+        from toolgraph.evaluation import trained_on  # (imports torch: only when it is needed)
+
         sources = [trained_on(args.checkpoint)]  # evaluate where it was trained (its splits), unless told
     cfg = load_config(EvaluateConfig, sources, args.overrides)
     if args.checkpoint:
@@ -134,11 +135,11 @@ def _evaluate_config(args: argparse.Namespace):  # noqa: ANN202 - an EvaluateCon
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from toolgraph.evaluation import format_table, run
-
     cfg = _evaluate_config(args)
     if cfg is None:  # --print-config
         return 0
+    from toolgraph.evaluation import format_table, run  # (imports torch)
+
     report = run(cfg)
     print(format_table({report.label: report.metrics}, cfg.eval.ks))
     if report.agent_metrics:
@@ -152,13 +153,13 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 def cmd_tune(args: argparse.Namespace) -> int:
     """Settings chosen on val (a grid of overrides, toolgraph/tuning.py), then the winner tested once."""
-    from toolgraph.evaluation import format_table
     from toolgraph.tuning import choose_on_val, parse_grid
 
     grid = parse_grid(args.grid)  # a bad --grid fails before the config's work
     cfg = _evaluate_config(args)
     if cfg is None:  # --print-config
         return 0
+    from toolgraph.evaluation import format_table
     tuned = choose_on_val(cfg, grid, args.metric, val_split=args.val_split, log=print)
     report = tuned.report
     label = (f"{tuned.retriever.name} on {cfg.data.name}/{cfg.data.split} ({len(report.query_ids)} queries), "

@@ -62,6 +62,8 @@ RULES: list[tuple[str, str, tuple[str, ...]]] = [
     (r"^toolgraph retrieve --checkpoint runs/example_index ", "run", ()),
     (r"^toolgraph mcp-config --retriever runs/example_index( |$)", "run", ()),
     (r"^python evaluate\.py --config examples/eval_bm25\.yaml --out runs/\S+$", "run", ()),
+    (r"^toolgraph mcp-config --retriever runs/mcp_index( |$)", "covered",
+     ("test_mcp_config.py::test_each_client_gets_its_own_format",)),
     (r"^toolgraph serve --retriever \S+$", "covered", ("test_serving.py::test_mcp_over_stdio",)),
     (
         r"^toolgraph serve --retriever \S+ --transport http",

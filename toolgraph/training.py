@@ -38,6 +38,7 @@ import re
 import shutil
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -125,14 +126,34 @@ def throughput(trainer: L.Trainer, cfg: TrainConfig, seconds: float) -> dict[str
             "device": device_name(trainer), "world_size": trainer.world_size}
 
 
+WANDB_MODES = ("online", "offline", "disabled", "dryrun", "run", "shared")  # W&B's own (dryrun: offline, run: online)
+
+
+def wandb_mode(enabled: bool, environ: Mapping[str, str] | None = None) -> str | None:
+    """The one decision of how a run logs to W&B (build_loggers and toolgraph doctor): None, no W&B
+    logger, when ``logger.wandb`` is false or ``WANDB_MODE=disabled``; otherwise ``WANDB_MODE``, and
+    ``offline`` when it is unset or empty (a run never reaches for the network unless asked). A value
+    W&B does not know is a ConfigError naming it (wandb.init would fail on it after the data loaded)."""
+    if not enabled:
+        return None
+    mode = (os.environ if environ is None else environ).get("WANDB_MODE") or "offline"
+    if mode == "disabled":
+        return None
+    if mode not in WANDB_MODES:
+        raise ConfigError(f"WANDB_MODE={mode!r} is not a W&B mode ({', '.join(WANDB_MODES)}); set one, or "
+                          "logger.wandb=false")
+    return mode
+
+
 def build_loggers(cfg: TrainConfig, out: Path) -> list:
     from lightning.pytorch.loggers import CSVLogger, WandbLogger
 
     loggers: list = []
     if cfg.logger.csv:
         loggers.append(CSVLogger(str(out), name="logs", version=""))
-    if cfg.logger.wandb and os.environ.get("WANDB_MODE", "offline") != "disabled":
-        os.environ.setdefault("WANDB_MODE", "offline")  # never reach for the network unless asked
+    mode = wandb_mode(cfg.logger.wandb)
+    if mode is not None:
+        os.environ["WANDB_MODE"] = mode  # unset or empty: offline, never the network unless asked
         loggers.append(WandbLogger(project=cfg.logger.project, name=cfg.logger.run_name, save_dir=str(out),
                                    tags=cfg.logger.tags or None, config=to_dict(cfg)))
     return loggers

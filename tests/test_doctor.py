@@ -62,3 +62,58 @@ def test_without_toolgraph_data_the_checkouts_shared_datasets_are_used_and_said(
     assert check.status == "ok" and check.detail.startswith(f"TOOLGRAPH_DATA unset: the checkout's ../shared/datasets, "
                                                               f"{shared}: 1 benchmark folders (toollens)")
     assert loading.data_root() == shared
+
+
+# ---- the W&B line says what training does (training.wandb_mode decides both) -------------------------
+@pytest.mark.parametrize("env,status,says,logs", [
+    (None, "ok", "logs to W&B offline, into OUT_DIR/wandb", "offline"),
+    ("", "ok", "logs to W&B offline, into OUT_DIR/wandb", "offline"),
+    ("offline", "ok", "logs to W&B offline, into OUT_DIR/wandb", "offline"),
+    ("online", "ok", "logs to W&B online (needs `wandb login` and the network)", "online"),
+    ("disabled", "ok", "no run logs to W&B, whatever logger.wandb says", None),
+    ("bogus", "warn", "'bogus' is not a W&B mode", "error"),
+])
+def test_the_wandb_line_says_what_a_training_run_does(monkeypatch, tmp_path, env, status, says, logs):
+    from lightning.pytorch.loggers import WandbLogger
+
+    from toolgraph.config import TrainConfig
+    from toolgraph.errors import ConfigError
+    from toolgraph.training import build_loggers
+
+    if env is None:
+        monkeypatch.delenv("WANDB_MODE", raising=False)
+    else:
+        monkeypatch.setenv("WANDB_MODE", env)
+    check = doctor.wandb_check()
+    assert check.status == status and says in check.detail, check.detail
+    assert check.detail.startswith(f"WANDB_MODE={env or '(unset)'}") or status == "warn"
+    if status == "warn":
+        assert check.fix and "fails" in check.detail
+    # what training does with the same environment: the logger doctor promised, in that mode
+    cfg = TrainConfig()
+    assert cfg.logger.wandb  # on by default, as the line says
+    if logs == "error":
+        with pytest.raises(ConfigError, match="not a W&B mode"):
+            build_loggers(cfg, tmp_path)
+        return
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    wandb = [lg for lg in build_loggers(cfg, tmp_path) if isinstance(lg, WandbLogger)]
+    assert len(wandb) == (0 if logs is None else 1)
+    if logs is not None:
+        import os
+
+        assert os.environ["WANDB_MODE"] == logs  # nothing was started: a logger's run begins on first use
+    assert "logger.wandb is on by default" in check.detail or logs is None
+
+
+def test_the_wandb_line_counts_the_recipes_that_keep_logging_on(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    (tmp_path / "methods").mkdir()
+    (tmp_path / "methods" / "quiet.yaml").write_text("logger: {wandb: false}\n")
+    (tmp_path / "a.yaml").write_text("model: {name: bi_encoder}\n")
+    (tmp_path / "b_fast.yaml").write_text("defaults: [methods/quiet.yaml]\nmodel: {name: bi_encoder}\n")
+    (tmp_path / "eval.yaml").write_text("retriever: {name: bm25}\n")  # not a training recipe
+    detail = doctor.wandb_check(tmp_path).detail
+    assert detail.endswith("logger.wandb is on by default, 1 of 2 recipes in configs/ keep it "
+                           "(1 set logger.wandb: false)"), detail
+    assert doctor.wandb_check(tmp_path / "none").detail.endswith("logger.wandb is on by default")

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from toolgraph.errors import DataError
+from toolgraph.errors import ConfigError, DataError, ToolgraphError
 
 __all__ = ["Check", "diagnose", "format_checks", "normalize", "read_lock"]
 
@@ -136,7 +136,6 @@ def data_checks() -> list[Check]:
 
 
 def model_checks() -> list[Check]:
-    from toolgraph.errors import ToolgraphError
     from toolgraph.nn.encoder import resolve_model
 
     out = []
@@ -155,10 +154,59 @@ def model_checks() -> list[Check]:
     out.append(Check("ok" if on else "warn", "offline", " ".join(f"{k}={v or '(unset)'}" for k, v in offline.items())
                      + (" (the toolgraph command, train.py and evaluate.py set both unless told otherwise)" if on else ""),
                      "" if on else "export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 (the Makefile does): no download tries"))
-    mode = os.environ.get("WANDB_MODE", "")
-    out.append(Check("ok", "W&B mode", f"WANDB_MODE={mode or '(unset)'}"
-                     + ("" if mode in ("disabled", "offline") else ": runs with logger.wandb: true log online")))
+    out.append(wandb_check())
     return out
+
+
+def wandb_check(configs: Path = CHECKOUT / "configs") -> Check:
+    """What a training run does with W&B here, as training decides it (``training.wandb_mode``), and how
+    many recipes in ``configs`` keep ``logger.wandb`` on (the default)."""
+    from toolgraph.config import LoggerConfig
+    from toolgraph.training import wandb_mode
+
+    env = os.environ.get("WANDB_MODE")
+    shown = f"WANDB_MODE={env or '(unset)'}"
+    recipes = _wandb_recipes(configs)
+    try:
+        mode = wandb_mode(True)
+    except ConfigError as e:
+        return Check("warn", "W&B mode", f"{e}: a run with logger.wandb: true fails", "export WANDB_MODE=offline")
+    if mode is None:
+        return Check("ok", "W&B mode", f"{shown}: no run logs to W&B, whatever logger.wandb says "
+                     "(unset it to log offline)")
+    if mode in ("offline", "dryrun"):
+        what = ("offline, into OUT_DIR/wandb (no network; `wandb sync` uploads it later)"
+                + ("; training sets WANDB_MODE=offline when it is unset" if not env else ""))
+    else:
+        what = "online (needs `wandb login` and the network)"
+    default = "on" if LoggerConfig().wandb else "off"
+    detail = f"{shown}: a run with logger.wandb: true logs to W&B {what}; logger.wandb is {default} by default{recipes}"
+    if _version("wandb") is None:
+        return Check("warn", "W&B mode", f"{detail}; wandb is not installed, so such a run fails",
+                     "make install, or WANDB_MODE=disabled (or logger.wandb=false)")
+    return Check("ok", "W&B mode", detail)
+
+
+def _wandb_recipes(configs: Path) -> str:
+    """", N of M recipes in configs/ keep it (K set logger.wandb: false)" for the training recipes
+    (top-level YAML files with a ``model`` section, their ``defaults:`` presets merged); "" without a
+    checkout's configs/."""
+    from omegaconf import OmegaConf
+
+    from toolgraph.config import LoggerConfig, yaml_sources
+
+    on, off = [], []
+    for path in sorted(configs.glob("*.yaml")):
+        try:
+            merged = OmegaConf.merge(*(node for _, node in yaml_sources(path)))
+            value = OmegaConf.select(merged, "logger.wandb", default=LoggerConfig().wandb)
+        except ToolgraphError:  # a broken recipe is its own run's error, not this line's
+            continue
+        if "model" in merged:
+            (on if value else off).append(path.name)
+    if not on and not off:
+        return ""
+    return f", {len(on)} of {len(on) + len(off)} recipes in configs/ keep it ({len(off)} set logger.wandb: false)"
 
 
 def cache_checks(cwd: Path | None = None) -> list[Check]:

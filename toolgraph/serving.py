@@ -91,6 +91,7 @@ DRAIN_BYTES = 64 * 1024 * 1024  # an oversized body is read and dropped up to th
 TRIM_EVERY = 1.0  # seconds between two returns of freed heap memory to the OS (release_free_memory)
 LINGER = 5.0  # seconds a refused HTTP client has to finish sending before its socket is closed
 LOAD_FAILED_GRACE = 1.0  # seconds a server whose index failed to load keeps answering (the error), then exits 2
+LOAD_AT_THE_LATEST = 2.0  # stdio: seconds after the start that the index loads even if no client initialized
 _LOG = logging.getLogger("uvicorn.error")  # where uvicorn's own warnings go ("Invalid HTTP request received")
 
 
@@ -373,6 +374,8 @@ class LiveIndex:
     @property
     def retriever(self) -> Retriever:
         """The served retriever (waits for the first load; raises its error if it failed)."""
+        if self._background and not hasattr(self, "_loader"):
+            raise RuntimeError("LiveIndex(background=True): call start() to load the index first")
         self._settled.wait()
         if self.load_error is not None:
             raise DataError(str(self.load_error))
@@ -970,9 +973,11 @@ async def _run_stdio(server: Any, index: LiveIndex | None = None) -> None:
     - a request holding a lone surrogate escape (``"\\ud800"``) is answered: the SDK's JSON parser
       refuses such a line and drops it, and the client waits for ever. Such a ``tools/call`` gets a
       tool error, any other request a JSON-RPC error;
+    - ``index`` starts loading when the client says it has its ``initialize`` answer
+      (``notifications/initialized``; at the latest ``LOAD_AT_THE_LATEST`` seconds after the streams
+      opened), so that the load does not slow that answer down;
     - stdin is read by a daemon thread, so the server can stop while a read waits: when ``index``
-      (whose background load starts once the streams are open) fails to load, the lines end as at
-      the end of stdin, and the server returns."""
+      fails to load, the lines end as at the end of stdin, and the server returns."""
     import codecs
 
     import anyio
@@ -1003,14 +1008,24 @@ async def _run_stdio(server: Any, index: LiveIndex | None = None) -> None:
 
     threading.Thread(target=read_stdin, name="toolgraph-stdin", daemon=True).start()
 
+    initialized = anyio.Event()  # the client has its initialize answer: the index may start loading
+
     async def lines():
         async with receive:
             async for line in receive:
+                if "notifications/initialized" in line:
+                    initialized.set()
                 reply = _surrogate_reply(line)
                 if reply is None:
                     yield line
                 elif reply is not False:
                     await replies[0].send(SessionMessage(reply))
+
+    async def load() -> None:  # a load running beside initialize's answer slows it (one GIL; torch's import)
+        with anyio.move_on_after(LOAD_AT_THE_LATEST):
+            await initialized.wait()
+        index.start()
+        await _stop_if_load_fails(index, send.close)  # a failed load ends the lines, as stdin's end does
 
     async with stdio_server(stdin=lines()) as (read_stream, write_stream):
         replies.append(write_stream)
@@ -1021,9 +1036,8 @@ async def _run_stdio(server: Any, index: LiveIndex | None = None) -> None:
                 tg.cancel_scope.cancel()  # stdin closed: the client is gone
 
             tg.start_soon(run)
-            if index is not None:  # a failed load stops the server as stdin's end does: its lines end
-                index.start()
-                tg.start_soon(_stop_if_load_fails, index, send.close)
+            if index is not None:
+                tg.start_soon(load)
 
 
 def _surrogate_reply(line: str) -> Any:

@@ -19,12 +19,26 @@ REPO = Path(__file__).resolve().parents[1]
 AT_START = signal.getsignal(signal.SIGTERM)  # read at collection, before any test of the session ran
 
 
-def test_a_command_run_in_this_process_installs_the_handlers(tmp_path, capsys):
+def test_a_command_run_in_this_process_puts_the_callers_handlers_back(tmp_path, capsys):
+    """``toolgraph.cli.main`` installs the project's handlers while it runs and puts back the ones it found
+    (a module-scoped fixture that trains through it cannot leave them behind for the rest of the session)."""
     from toolgraph.runs import _on_signal
 
-    assert cli(["index", "sync", str(tmp_path / "none.json"), "--index", str(tmp_path / "idx")]) == 2
-    assert "catalog not found" in capsys.readouterr().err
-    assert signal.getsignal(signal.SIGTERM) is _on_signal  # until this test ends
+    seen = []
+
+    def mine(signum, frame):  # the caller's own handler
+        seen.append(signum)
+
+    before = signal.signal(signal.SIGTERM, mine)
+    try:
+        assert cli(["index", "sync", str(tmp_path / "none.json"), "--index", str(tmp_path / "idx")]) == 2
+        assert "catalog not found" in capsys.readouterr().err
+        assert signal.getsignal(signal.SIGTERM) is mine and signal.getsignal(signal.SIGTERM) is not _on_signal
+        assert cli(["data", "list"]) == 0  # a command that succeeds, too
+        assert signal.getsignal(signal.SIGTERM) is mine
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 def test_after_such_a_test_sigterm_has_its_handler_of_before():

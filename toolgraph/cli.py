@@ -549,10 +549,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not hasattr(args, "overrides"):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         args.overrides = list(args.overrides) + extra
-    from toolgraph.runs import Terminated, install_signal_handlers, received_signal
+    from toolgraph.runs import Terminated, install_signal_handlers, received_signal, restore_signal_handlers
 
-    if args.fn is not cmd_serve:  # the server handles its own signals
-        install_signal_handlers()
+    previous = install_signal_handlers() if args.fn is not cmd_serve else {}  # the server handles its own
     try:
         return args.fn(args)
     except ToolgraphError as e:
@@ -568,6 +567,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"interrupted ({name}): stopped; nothing was half-written, an interrupted run has no "
               "results.json (re-run it)", file=sys.stderr)
         return 128 + int(signum)
+    finally:  # called from Python (a test, a notebook): the caller's handlers again
+        restore_signal_handlers(previous)
 
 
 if __name__ == "__main__":

@@ -130,15 +130,27 @@ def _on_signal(signum: int, frame: Any) -> None:
         raise Terminated
 
 
-def install_signal_handlers() -> None:
+def install_signal_handlers() -> dict:
     """SIGTERM raises ``Terminated`` and SIGINT ``KeyboardInterrupt`` (main thread only), and both are
-    remembered so the command can exit 128 + signal even when a library turned them into SystemExit."""
+    remembered so the command can exit 128 + signal even when a library turned them into SystemExit.
+    Returns the handlers it replaced, for :func:`restore_signal_handlers` ({} off the main thread)."""
     import threading
 
-    if threading.current_thread() is threading.main_thread():
-        _SIGNALS["received"].clear()
-        signal.signal(signal.SIGTERM, _on_signal)
-        signal.signal(signal.SIGINT, _on_signal)
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    _SIGNALS["received"].clear()
+    previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    return previous
+
+
+def restore_signal_handlers(previous: dict) -> None:
+    """Put back the handlers ``install_signal_handlers`` replaced (a command run from Python, e.g.
+    ``toolgraph.cli.main`` in a test or a notebook, leaves the caller's handlers as they were)."""
+    for signum, handler in previous.items():
+        if handler is not None:  # None: a handler not installed from Python, which cannot be put back
+            signal.signal(signum, handler)
 
 
 def received_signal() -> int | None:

@@ -82,6 +82,7 @@ RULES: list[tuple[str, str, tuple[str, ...]]] = [
             "test_serving.py::test_sync_counts_and_cli",
             "test_serving.py::test_sync_cli_creates_an_index_from_a_retriever_config",
             "test_sync_safety.py::test_an_empty_folder_may_be_used_and_created_is_true_only_when_created",
+            "test_sync_retrievers.py::test_a_bm25_index_is_created_and_updated_by_the_shipped_config",
         ),
     ),
     (

@@ -48,6 +48,8 @@ import urllib.request
 from dataclasses import replace
 from pathlib import Path
 
+from results_io import RESULTS, machine, upsert, write_block  # benchmarks/ is on sys.path (script or import)
+
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = {"name": "t2a", "scorer": "rrf", "dense": {"name": "dense", "max_length": 128, "cache_dir": None,
                                                   "progress": False}}
@@ -421,8 +423,6 @@ def sysconfig_path(name: str) -> str:
 
 def render(page: str | Path = PAGE) -> None:
     """The start-up table (block ``serve-startup`` on ``page``) from the serve/startup rows of agents.json."""
-    from results_io import RESULTS, write_block
-
     rows = [r for r in json.loads((RESULTS / "agents.json").read_text())["rows"] if r["method"] == "serve/startup"]
     order = {"warm, idle": 0, "cold, idle": 1, "warm, busy": 2, "cold, busy": 3}
     rows.sort(key=lambda r: ("before" in r["setting"],
@@ -482,9 +482,6 @@ def main(argv: list[str] | None = None) -> list[dict]:
                                     Path(args.dataset).name))
             print(json.dumps(rows[-1]["metrics"]), flush=True)
     if not args.no_save:
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
-        from results_io import machine, upsert
-
         for r in rows:
             r["machine"] = machine()
         print("wrote", upsert("agents", rows, KEY))

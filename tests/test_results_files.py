@@ -39,6 +39,7 @@ GENERATED = {
                   {"inductive-main", "inductive-ablation", "inductive-kl", "inductive-timing"}),
     "agents": ({}, "docs/agents-and-serving.md", {"agents-main", "agents-variants", "agents-mcp-layout", "agents-serving"}),
     "soak": ({}, "docs/agents-and-serving.md", {"serve-soak"}),
+    "serve_bench": ({}, "docs/agents-and-serving.md", {"serve-startup"}),
     "convergence": ({}, "docs/dense.md", {"fast"}),
     "general": ({}, "docs/general.md", {"general-lodo", "general-all", "general-mcp", "general-test-as-train",
                         "general-variants", "general-recipes", "general-full-finetune"}),

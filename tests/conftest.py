@@ -53,6 +53,22 @@ def data_root() -> Path:
 
 
 @pytest.fixture(scope="session")
+def postgres_url(tmp_path_factory):
+    """The SQLAlchemy URL of a real PostgreSQL server on a unix socket, one a session (tests/postgres.py);
+    tests share its database, so each uses its own study or table names. Skip if PostgreSQL or psycopg2
+    is absent, fail in CI."""
+    from postgres import throwaway_postgres, unavailable
+
+    reason = unavailable()
+    if reason:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI needs a PostgreSQL server: {reason}")
+        pytest.skip(reason)
+    with throwaway_postgres(tmp_path_factory.mktemp("postgres")) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
 def tiny_bert_dir(tmp_path_factory) -> Path:
     """A randomly initialised 2-layer BERT (hidden 32) saved as a local HF folder.
 

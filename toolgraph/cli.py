@@ -514,6 +514,11 @@ def build_parser() -> argparse.ArgumentParser:
     dr.add_argument("--json", action="store_true", help="the checks as JSON")
     dr.set_defaults(fn=cmd_doctor)
 
+    sw = sub.add_parser("sweep", help="run a W&B-format sweep spec on Optuna (workers, pruning, resume); "
+                                      "'sweep report STUDY' reports one")
+    add_sweep_args(sw)
+    sw.set_defaults(fn=cmd_sweep)
+
     r = sub.add_parser("report", help="print the metrics table of evaluation folders (--html: a comparison page)")
     r.add_argument("dirs", nargs="+")
     r.add_argument("--html", default=None, help="also write one self-contained HTML page comparing the runs")
@@ -525,6 +530,71 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--samples", type=_positive_int, default=10000, help="bootstrap resamples of --ci")
     r.set_defaults(fn=cmd_report)
     return p
+
+
+def _gpu_list(text: str) -> list[str]:
+    items = [g.strip() for g in text.split(",") if g.strip()]
+    if not items or not all(g.isdigit() for g in items):
+        raise argparse.ArgumentTypeError(f"expected GPU indices such as 0,1,2,3, got {text!r}")
+    return items
+
+
+def _count(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    return int(text)
+
+
+def add_sweep_args(s: argparse.ArgumentParser) -> None:
+    s.add_argument("target", nargs="*", metavar="SPEC | report STUDY",
+                   help="a sweep spec (configs/sweeps/*.yaml, W&B's format), or 'report' and a study (its sweep folder, "
+                        "or its name with --storage)")
+    s.add_argument("--worker", metavar="STUDY", default=None,
+                   help="join an existing study as one worker (its sweep folder, or its name with --storage)")
+    s.add_argument("--out", default=None, help="sweep folder (default runs/sweeps/NAME): the journal, trials/, report")
+    s.add_argument("--storage", default=None,
+                   help="a journal file (default: SWEEP/study.journal) or an SQLAlchemy URL (postgresql://...)")
+    s.add_argument("--study", default=None, help="the study's name (default: the spec's name, else its file name)")
+    s.add_argument("--workers", type=_count, default=None,
+                   help="trials at once on this machine, each worker on its share of the cores (default 1, or one "
+                        "per GPU with --gpus); 0: create the study and start no worker")
+    s.add_argument("--gpus", type=_gpu_list, default=None, help="GPU indices shared out to the workers (0,1,2,3)")
+    s.add_argument("--trials", type=_positive_int, default=None, help="trials of a random / bayes sweep (run_cap)")
+    s.add_argument("--pruner", default=None, choices=["none", "median", "halving", "hyperband"],
+                   help="stop bad trials early (default: the spec's early_terminate, else none)")
+    s.add_argument("--prune-startup", type=_count, default=3, help="median: trials finished before any is pruned")
+    s.add_argument("--prune-warmup", type=_count, default=1, help="validations of a trial before it may be pruned")
+    s.add_argument("--resume", action="store_true", help="continue the study if it exists (else create it)")
+    s.add_argument("--seed", type=int, default=None, help="sampler seed (random / bayes)")
+    s.add_argument("--grace", type=float, default=120.0,
+                   help="seconds without a heartbeat after which another worker re-runs a trial")
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from toolgraph.sweep import run
+
+    target = list(args.target)
+    if args.worker is not None:
+        if target:
+            raise ToolgraphError(f"--worker joins a study: drop {' '.join(target)}")
+        run.join(args.worker, args.storage, grace=args.grace)
+        return 0
+    if target[:1] == ["report"]:
+        if len(target) != 2:
+            raise ToolgraphError("usage: toolgraph sweep report STUDY [--storage URL] [--out DIR]")
+        name, storage, folder = run.locate(target[1], args.storage)
+        from toolgraph.sweep.study import open_sweep
+
+        sweep = open_sweep(name, storage, folder, wait=0)
+        run.finish(sweep, Path(args.out) if args.out else None)
+        return 0
+    if len(target) != 1:
+        raise ToolgraphError("usage: toolgraph sweep SPEC.yaml [options] | --worker STUDY | report STUDY")
+    workers = args.workers if args.workers is not None else (len(args.gpus) if args.gpus else 1)
+    run.start(target[0], out=args.out, storage=args.storage, study=args.study, workers=workers, gpus=args.gpus,
+              trials=args.trials, pruner=args.pruner, prune_startup=args.prune_startup,
+              prune_warmup=args.prune_warmup, resume=args.resume, seed=args.seed, grace=args.grace)
+    return 0
 
 
 def add_evaluate_args(e: argparse.ArgumentParser) -> None:

@@ -405,6 +405,7 @@ class LoggerConfig:
     project: str = "toolgraph"
     run_name: str | None = None
     tags: list[str] = field(default_factory=list)
+    group: str | None = None  # W&B run group (toolgraph sweep: the study's name)
 
 
 @dataclass

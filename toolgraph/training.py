@@ -38,7 +38,7 @@ import re
 import shutil
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -155,7 +155,7 @@ def build_loggers(cfg: TrainConfig, out: Path) -> list:
     if mode is not None:
         os.environ["WANDB_MODE"] = mode  # unset or empty: offline, never the network unless asked
         loggers.append(WandbLogger(project=cfg.logger.project, name=cfg.logger.run_name, save_dir=str(out),
-                                   tags=cfg.logger.tags or None, config=to_dict(cfg)))
+                                   tags=cfg.logger.tags or None, group=cfg.logger.group, config=to_dict(cfg)))
     return loggers
 
 
@@ -229,7 +229,9 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         return None
 
 
-def build_trainer(cfg: TrainConfig, out: Path) -> L.Trainer:
+def build_trainer(cfg: TrainConfig, out: Path, callbacks: Sequence[Callback] = ()) -> L.Trainer:
+    """The run's Trainer; ``callbacks`` are added to toolgraph's own (a sweep's trial reporter)."""
+    extra = list(callbacks)
     t = cfg.trainer
     logged = TASKS.get(cfg.model.name).monitorable(cfg)
     if cfg.checkpoint.monitor not in logged:
@@ -239,7 +241,7 @@ def build_trainer(cfg: TrainConfig, out: Path) -> L.Trainer:
     ckpt = ModelCheckpoint(dirpath=str(out / "checkpoints"), monitor=cfg.checkpoint.monitor, mode=cfg.checkpoint.mode,
                            save_top_k=cfg.checkpoint.save_top_k, save_last=not every,
                            filename="best-{epoch}-{step}", auto_insert_metric_name=False)
-    callbacks: list[Callback] = [ckpt, ThreadsPerRank(), ElapsedTime(), ValidateTheLastStep()]
+    callbacks: list[Callback] = [ckpt, ThreadsPerRank(), ElapsedTime(), ValidateTheLastStep(), *extra]
     if every:  # last.ckpt every N steps, so a crash loses at most N steps
         callbacks.append(ModelCheckpoint(dirpath=str(out / "checkpoints"), every_n_train_steps=every,
                                          save_top_k=0, save_last=True))
@@ -401,7 +403,9 @@ def _no_best_warning(cfg: TrainConfig, trainer: L.Trainer) -> str:
             "checkpoint: the test and the export use the last weights, unvalidated")
 
 
-def train(cfg: TrainConfig) -> dict[str, Any]:
+def train(cfg: TrainConfig, callbacks: Sequence[Callback] = ()) -> dict[str, Any]:
+    """Train ``cfg`` (the module docstring); ``callbacks`` join the Trainer's (toolgraph.sweep reports each
+    validation to its Optuna trial through one)."""
     from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
     start = time.perf_counter()
@@ -413,7 +417,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     L.seed_everything(cfg.seed, workers=True)
     task = TASKS.get(cfg.model.name)(cfg)  # the one config object of the run
     dm = task.datamodule_for()
-    trainer = build_trainer(cfg, out)
+    trainer = build_trainer(cfg, out, callbacks)
     check_training_batches(cfg, dm, trainer.world_size)  # before anything is written or moved
     if trainer.is_global_zero:
         out.mkdir(parents=True, exist_ok=True)

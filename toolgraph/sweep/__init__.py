@@ -1,0 +1,1 @@
+"""Hyperparameter sweeps on Optuna: toolgraph sweep."""

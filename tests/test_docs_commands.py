@@ -120,6 +120,22 @@ RULES: list[tuple[str, str, tuple[str, ...]]] = [
             "test_report.py::test_ci_gives_intervals_and_the_paired_difference",
         ),
     ),
+    # docs/configuration.md "Sweeps": each toolgraph sweep path runs for real on the tiny model (tests/test_sweep.py)
+    (r"^toolgraph sweep \S+\.yaml --workers \d+$", "covered",
+     ("test_sweep.py::test_two_workers_on_one_journal_finish_a_six_point_grid_running_no_point_twice",)),
+    (r"^toolgraph sweep \S+\.yaml .*--gpus ", "gpu", ()),
+    (r"^toolgraph sweep \S+\.yaml --pruner median ", "covered",
+     ("test_sweep.py::test_the_median_pruner_stops_a_trial_worse_than_the_median_and_keeps_its_folder",)),
+    (r"^toolgraph sweep \S+\.yaml --resume$", "covered",
+     ("test_sweep.py::test_sigterm_requeues_the_trial_and_resume_continues_it_from_last_ckpt",)),
+    (r"^toolgraph sweep \S+\.yaml --storage postgresql://\S+ --workers 0$|^toolgraph sweep --worker \S+ --storage ",
+     "covered", ("test_sweep.py::test_two_workers_share_a_study_in_postgresql",
+                 "test_sweep.py::test_a_worker_killed_by_sigkill_leaves_its_trial_failed_and_the_other_worker_re_runs_it")),
+    (r"^toolgraph sweep report runs/sweeps/\S+$", "covered",
+     ("test_sweep_report.py::test_the_table_has_a_row_per_trial_and_marks_the_best_the_lowest_number_winning_a_tie",
+      "test_sweep_report.py::test_the_page_renders_in_headless_chromium_without_errors")),
+    (r"^python train\.py --config runs/sweeps/\S+/best\.yaml$", "covered",
+     ("test_sweep_report.py::test_best_yaml_loads_back_with_the_best_params_and_out_dir",)),
     (r"^(python (train|evaluate)\.py|toolgraph (train|evaluate|tune)) ", "resolve", ()),
     (r"^python benchmarks/\w+\.py( |$)", "resolve", ()),
 ]
@@ -321,6 +337,9 @@ def resolve_make_demo(monkeypatch, capsys) -> None:
 def resolve(cmd: Command, monkeypatch, capsys) -> bool:
     """Resolve what can be resolved of ``cmd``; False when it is nothing this file knows how to resolve."""
     argv = shlex.split(cmd.command)
+    configs = [b for a, b in zip(argv, argv[1:]) if a == "--config"]
+    if cmd.kind == "covered" and any(c.startswith("runs/") for c in configs):
+        return True  # its config is an output (a sweep's best.yaml): the covering test loads one it wrote
     if argv[0] == "torchrun":  # the launcher's own options, then the script
         argv = ["python", *argv[next(i for i, a in enumerate(argv) if a.endswith(".py")) :]]
     if argv[:2] == ["make", "demo"]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from toolgraph.errors import ConfigError
 from toolgraph.sweep.spec import read_spec
-from toolgraph.sweep.study import JOURNAL, Sweep, create_sweep, open_sweep, pruner_settings, reap_stale
+from toolgraph.sweep.study import JOURNAL, StudyExists, Sweep, create_sweep, open_sweep, pruner_settings, reap_stale
 from toolgraph.sweep.worker import run_worker, spawn_workers
 
 __all__ = ["finish", "join", "locate", "start"]
@@ -30,10 +30,11 @@ def start(spec_path: str | Path, *, out: str | Path | None = None, storage: str 
         sweep = create_sweep(spec, folder, storage, pruner=settings, budget=budget, seed=seed)
         log(f"study {spec.name!r}: {spec.method}, {sweep.settings['budget']} trials, {spec.metric} ({spec.goal}), "
             f"pruner {settings['name']}; storage {sweep.url}", flush=True)
-    except ConfigError:
+    except StudyExists:
         if not resume:
             raise
-        sweep = open_sweep(spec.name, storage, folder, wait=0, seed=seed, parallel=workers > 1)
+        # another worker may have created it a moment ago: wait for its grid to be queued
+        sweep = open_sweep(spec.name, storage, folder, wait=60, seed=seed, parallel=workers > 1)
         if trials is not None and trials != sweep.settings["budget"] and spec.method != "grid":
             raise ConfigError(f"--trials: the study was created with {sweep.settings['budget']} trials") from None
         log(f"study {spec.name!r}: resumed from {sweep.url}", flush=True)

@@ -295,7 +295,9 @@ def format_value(value: Any) -> str:
     if value is None:
         return "null"
     if isinstance(value, float):
-        return repr(value)
+        text = repr(value)  # 1e-05 -> 1.0e-05: YAML 1.1 (PyYAML) reads an exponent without a dot as a string
+        mantissa, e, exponent = text.partition("e")
+        return f"{mantissa}.0e{exponent}" if e and "." not in mantissa else text
     if isinstance(value, str):
         try:
             same = yaml.safe_load(value) == value

@@ -29,10 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from toolgraph.errors import ConfigError, ToolgraphError
+from toolgraph.errors import ConfigError
 from toolgraph.sweep.spec import SweepSpec, parse_spec
 
-__all__ = ["ATTR", "HEARTBEAT_SECONDS", "MAX_ATTEMPTS", "Sweep", "claim", "create_sweep", "open_storage",
+__all__ = ["ATTR", "HEARTBEAT_SECONDS", "MAX_ATTEMPTS", "StudyExists", "Sweep", "claim", "create_sweep", "open_storage",
            "open_sweep", "reap_stale", "storage_url"]
 
 ATTR = "toolgraph"  # the study's user attribute with the spec and the sweep's settings
@@ -41,6 +41,10 @@ HEARTBEAT_SECONDS = 15.0
 GRACE_SECONDS = 120.0
 MAX_ATTEMPTS = 3
 PRUNERS = ("none", "median", "halving", "hyperband")
+
+
+class StudyExists(ConfigError):
+    """``create_sweep`` found a study of that name in the storage (``--resume`` continues it)."""
 
 
 def storage_url(storage: str | Path | None, folder: Path) -> str:
@@ -137,11 +141,11 @@ def create_sweep(spec: SweepSpec, folder: Path, storage: str | Path | None, *, p
     """A new study for ``spec``, its grid enqueued; an existing one of that name is a ConfigError."""
     import optuna
 
-    url = storage_url(storage, folder)
-    store = open_storage(url)
     if spec.method != "grid" and budget is None:
         raise ConfigError(f"{spec.path}: key 'run_cap': method {spec.method} needs a number of trials (run_cap in "
                           "the spec, or --trials N)")
+    url = storage_url(storage, folder)
+    store = open_storage(url)
     settings = {"spec": spec.raw, "spec_path": str(spec.path.resolve()), "folder": str(folder.resolve()),
                 "configs": [str(Path(c).resolve()) for c in spec.configs], "overrides": spec.overrides,
                 "metric": spec.metric, "goal": spec.goal, "method": spec.method, "pruner": pruner,
@@ -150,7 +154,7 @@ def create_sweep(spec: SweepSpec, folder: Path, storage: str | Path | None, *, p
         study = optuna.create_study(study_name=spec.name, storage=store, direction=spec.goal,
                                     sampler=_sampler(spec, seed, False), pruner=build_pruner(pruner))
     except optuna.exceptions.DuplicatedStudyError:
-        raise ConfigError(f"study {spec.name!r} already exists in {url}: continue it with --resume, join it from "
+        raise StudyExists(f"study {spec.name!r} already exists in {url}: continue it with --resume, join it from "
                           f"another machine with toolgraph sweep --worker {spec.name} --storage ..., or give another "
                           "--out / spec name") from None
     study.set_user_attr(ATTR, settings)
@@ -308,20 +312,3 @@ def requeue(sweep: Sweep, trial, log=print) -> bool:
     sweep.study.enqueue_trial(dict(trial.params), user_attrs=attrs)
     log(f"trial {trial.number}: its point is queued again (attempt {attempt + 1})")
     return True
-
-
-def require_trials_left(sweep: Sweep) -> None:
-    """Nothing to do is said, not silently done."""
-    from optuna.trial import TrialState
-
-    if not sweep.trials(TrialState.WAITING, TrialState.RUNNING) and claim_would_end(sweep):
-        raise ToolgraphError(f"study {sweep.name!r}: every trial has finished; toolgraph sweep report shows them")
-
-
-def claim_would_end(sweep: Sweep) -> bool:
-    from optuna.trial import TrialState
-
-    if sweep.spec.method == "grid":
-        return True
-    counted = sweep.trials(TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
-    return len(counted) >= sweep.settings["budget"]

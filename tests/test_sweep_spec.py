@@ -1,0 +1,146 @@
+"""The W&B sweep spec read for Optuna: every shipped spec, the distributions, and a clear error for each
+key W&B does not define or Optuna cannot run, naming the file and the key."""
+
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+
+from toolgraph.cli import main as cli
+from toolgraph.config import TrainConfig, load_config
+from toolgraph.errors import ConfigError
+from toolgraph.sweep.spec import format_value, parse_spec, point_overrides, read_spec
+
+ROOT = Path(__file__).resolve().parents[1]
+SPECS = sorted(ROOT.glob("configs/sweeps/*.yaml"))
+RECIPE = str(ROOT / "configs" / "discriminator.yaml")
+
+
+def spec(**over):
+    raw = {"program": "train.py", "method": "grid", "metric": {"name": "val/macro_f1", "goal": "maximize"},
+           "parameters": {"optim.lr": {"values": [1.0e-3, 3.0e-3]}},
+           "command": ["${env}", "python", "${program}", "--config", RECIPE, "${args_no_hyphens}"]}
+    raw.update(over)
+    return raw
+
+
+@pytest.mark.parametrize("path", SPECS, ids=[p.name for p in SPECS])
+def test_every_shipped_spec_reads_and_each_of_its_points_builds_a_config(path, monkeypatch):
+    monkeypatch.chdir(ROOT)  # the command's --config paths are relative to the repository root
+    s = read_spec(path)
+    points = s.grid()
+    assert len(points) == math.prod(len(p.grid_values()) for p in s.parameters.values())
+    for point in points[:: max(1, len(points) // 7)]:
+        cfg = load_config(TrainConfig, s.configs, [*s.overrides, *point_overrides(point)])
+        for key, value in point.items():
+            section, name = key.split(".")
+            assert getattr(getattr(cfg, section), name) == value
+
+
+def test_the_discriminator_grid_is_nine_points_first_key_outermost():
+    s = read_spec(ROOT / "configs/sweeps/discriminator.yaml")
+    assert s.method == "grid" and s.metric == "val/macro_f1" and s.goal == "maximize" and s.name == "discriminator"
+    assert s.grid()[:2] == [{"optim.lr": 3.0e-4, "model.hidden": 32}, {"optim.lr": 3.0e-4, "model.hidden": 64}]
+    assert len(s.grid()) == 9 and s.configs == ["configs/discriminator.yaml"]
+
+
+def test_distributions_map_to_optuna_as_w_and_b_defines_them():
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+    s = parse_spec(spec(method="random", parameters={
+        "optim.lr": {"distribution": "log_uniform_values", "min": 1.0e-5, "max": 1.0e-3},
+        "optim.weight_decay": {"distribution": "log_uniform", "min": -9.2, "max": -4.6},  # W&B: natural logs
+        "model.hidden": {"min": 32, "max": 128},  # ints: int_uniform, as W&B infers
+        "model.dropout": {"distribution": "q_uniform", "min": 0.0, "max": 0.5, "q": 0.1},
+        "optim.schedule": {"values": ["linear", "cosine"]},
+        "seed": {"value": 3},
+        "optim": {"parameters": {"eps": {"min": 1.0e-9, "max": 1.0e-7}}},  # W&B's nested form
+    }), "s.yaml")
+    d = s.distributions()
+    assert d["optim.lr"] == FloatDistribution(1.0e-5, 1.0e-3, log=True)
+    assert d["optim.weight_decay"].log and math.isclose(d["optim.weight_decay"].low, math.exp(-9.2))
+    assert d["model.hidden"] == IntDistribution(32, 128)
+    assert d["model.dropout"].step == 0.1
+    assert d["optim.schedule"] == CategoricalDistribution(["linear", "cosine"]) and d["seed"].choices == (3,)
+    assert d["optim.eps"] == FloatDistribution(1.0e-9, 1.0e-7)
+    assert s.goal == "maximize"
+    assert parse_spec({**spec(), "metric": {"name": "val/nll"}}, "s.yaml").goal == "minimize"  # W&B's default
+
+
+def test_int_uniform_is_a_grid_axis_and_values_of_any_yaml_kind_read_back():
+    s = parse_spec(spec(parameters={"model.hidden": {"distribution": "int_uniform", "min": 1, "max": 3},
+                                    "eval.ks": {"values": [[1, 3], [5]]}}), "s.yaml")
+    assert [p["model.hidden"] for p in s.grid()] == [1, 1, 2, 2, 3, 3]
+    assert {p["eval.ks"] for p in s.grid()} == {"[1, 3]", "[5]"}
+    for value in (True, None, 0.1, 1e-05, "linear", "true", "a b", 3):
+        (item,) = point_overrides({"k": value})
+        assert yaml.safe_load(item.split("=", 1)[1]) == value, item
+    assert format_value("[1, 3]") == "[1, 3]"
+
+
+@pytest.mark.parametrize("change, key, words", [
+    ({"optimizer": "tpe"}, "optimizer", "not a W&B sweep key"),
+    ({"method": "hyperopt"}, "method", "grid, random, bayes"),
+    ({"program": "evaluate.py"}, "program", "only train.py"),
+    ({"metric": {"name": "val/f1", "goal": "up"}}, "metric.goal", "maximize or minimize"),
+    ({"metric": {"name": "val/f1", "mode": "max"}}, "metric.mode", "not a W&B metric key"),
+    ({"parameters": {"optim.lr": {"distribution": "normal", "mu": 0, "sigma": 1}}}, "parameters.optim.lr.distribution",
+     "does not take"),
+    ({"parameters": {"optim.lr": {"distribution": "gamma", "min": 0, "max": 1}}}, "parameters.optim.lr.distribution",
+     "unknown distribution"),
+    ({"parameters": {"optim.lr": {"min": 1.0e-5, "max": 1.0e-3}}}, "parameters.optim.lr", "method grid needs values"),
+    ({"parameters": {"optim.lr": {"values": [1, 2], "probabilities": [0.5, 0.5]}}},
+     "parameters.optim.lr.probabilities", "no Optuna counterpart"),
+    ({"parameters": {"optim.lr": {"values": [1, 1]}}}, "parameters.optim.lr.values", "twice"),
+    ({"parameters": {"optim.lr": {"range": [1, 2]}}}, "parameters.optim.lr.range", "not a W&B parameter key"),
+    ({"method": "random", "parameters": {"optim.lr": {"min": 0.1, "max": 0.01}}}, "parameters.optim.lr.max",
+     "must be > min"),
+    ({"command": ["python", "train.py", "${args}"]}, "command", "no --config"),
+    ({"command": ["python", "train.py", "--config", RECIPE, "--verbose"]}, "command[4]", "neither"),
+    ({"run_cap": 0}, "run_cap", ">= 1"),
+    ({"early_terminate": {"type": "envelope"}}, "early_terminate", "hyperband"),
+])
+def test_a_bad_spec_names_the_file_and_the_key(change, key, words):
+    with pytest.raises(ConfigError) as e:
+        parse_spec(spec(**change), "configs/sweeps/bad.yaml")
+    assert f"configs/sweeps/bad.yaml: key '{key}'" in str(e.value) and words in str(e.value), str(e.value)
+
+
+def test_the_command_line_refuses_a_bad_spec_before_anything_runs(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(spec(parameters={"optim.lrr": {"values": [1.0e-3]}})))
+    assert cli(["sweep", str(bad), "--out", str(tmp_path / "sw")]) == 2
+    err = capsys.readouterr().err
+    assert "bad.yaml" in err and "optim.lrr" in err, err
+    assert not (tmp_path / "sw").exists()  # nothing was created
+    random = tmp_path / "random.yaml"
+    random.write_text(yaml.safe_dump(spec(method="random", parameters={"optim.lr": {"min": 1.0e-4, "max": 1.0e-2}})))
+    assert cli(["sweep", str(random), "--out", str(tmp_path / "sw2")]) == 2
+    assert "run_cap" in capsys.readouterr().err
+    missing = tmp_path / "nope.yaml"
+    assert cli(["sweep", str(missing)]) == 2 and "no such sweep spec" in capsys.readouterr().err
+    assert cli(["sweep", "report", str(tmp_path)]) == 2 and "study.journal" in capsys.readouterr().err
+
+
+def test_a_trial_config_has_the_trials_values_and_its_w_and_b_run_is_grouped_by_the_study(tmp_path, monkeypatch):
+    from toolgraph.sweep.study import create_sweep
+    from toolgraph.sweep.trial import trial_config
+    from toolgraph.training import build_loggers
+
+    s = parse_spec(spec(command=["python", "train.py", "--config", RECIPE, "model.dropout=0.3", "${args}"]),
+                   tmp_path / "ablation.yaml")
+    sweep = create_sweep(s, tmp_path / "sw", None, pruner={"name": "none"}, budget=None)
+    assert len(sweep.study.trials) == 2  # the grid, queued once by the study's creator
+    out = str(tmp_path / "sw" / "trials" / "0001")
+    cfg = trial_config(sweep, {"optim.lr": 3.0e-3}, out, 1)
+    assert cfg.optim.lr == 3.0e-3 and cfg.model.dropout == 0.3 and cfg.out_dir == out and cfg.resume == "auto"
+    assert cfg.test is False  # chosen on val: a sweep never looks at test
+    assert cfg.logger.group == "ablation" and cfg.logger.run_name == "ablation-trial-1"
+    assert {"sweep:ablation", "trial:1"} <= set(cfg.logger.tags)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    cfg.logger.wandb = True
+    (run,) = [lg for lg in build_loggers(cfg, tmp_path / "run") if type(lg).__name__ == "WandbLogger"]
+    assert run._wandb_init["group"] == "ablation" and "trial:1" in run._wandb_init["tags"]
+    assert run._wandb_init["config"]["optim"]["lr"] == 3.0e-3  # every rank builds the same config: no wandb.config

@@ -10,6 +10,7 @@ import yaml
 from sweeps import finish, load, tiny_spec, toolgraph, trial_processes, trials_so_far, wait_for
 
 from toolgraph.cli import main as cli
+from toolgraph.config import TrainConfig, load_config
 
 pytestmark = pytest.mark.distributed
 
@@ -37,7 +38,7 @@ def check_grid_ran_once(study) -> None:
 
 
 def test_two_workers_on_one_journal_finish_a_six_point_grid_running_no_point_twice(
-        synthetic_dataset_dir, tiny_bert_dir, tmp_path):
+        synthetic_dataset_dir, tiny_bert_dir, tmp_path, capsys):
     spec = tiny_spec(tmp_path, synthetic_dataset_dir, tiny_bert_dir, GRID)
     out = finish(toolgraph("sweep", str(spec), "--out", str(tmp_path / "sw"), "--workers", "2"))
     study = load(tmp_path / "sw")
@@ -45,9 +46,14 @@ def test_two_workers_on_one_journal_finish_a_six_point_grid_running_no_point_twi
     workers = {t.system_attrs["toolgraph:pid"] for t in study.get_trials()}
     assert len(workers) == 2, "both workers ran trials"
     assert "best" in out and (tmp_path / "sw" / "best.yaml").is_file() and (tmp_path / "sw" / "report.html").is_file()
+    best = load_config(TrainConfig, [tmp_path / "sw" / "best.yaml"])
+    assert best.optim.lr == study.best_trial.params["optim.lr"] and best.out_dir == str(tmp_path / "sw" / "best")
+    assert cli(["sweep", "report", str(tmp_path / "sw"), "--out", str(tmp_path / "again")]) == 0
+    table = capsys.readouterr().out
+    assert table.count("| complete |") == 6 and (tmp_path / "again" / "report.html").is_file()
 
 
-def test_two_workers_share_a_study_in_postgresql(synthetic_dataset_dir, tiny_bert_dir, tmp_path, postgres_url):
+def test_two_workers_share_a_study_in_postgresql(synthetic_dataset_dir, tiny_bert_dir, tmp_path, postgres_url, capsys):
     spec = tiny_spec(tmp_path, synthetic_dataset_dir, tiny_bert_dir, GRID)
     finish(toolgraph("sweep", str(spec), "--out", str(tmp_path / "sw"), "--study", "pg-grid", "--workers", "0",
                      "--storage", postgres_url))
@@ -58,6 +64,8 @@ def test_two_workers_share_a_study_in_postgresql(synthetic_dataset_dir, tiny_ber
     study = load(tmp_path / "sw", postgres_url, "pg-grid")
     check_grid_ran_once(study)
     assert len({t.system_attrs["toolgraph:pid"] for t in study.get_trials()}) == 2
+    assert cli(["sweep", "report", "pg-grid", "--storage", postgres_url]) == 0  # read back from the database
+    assert capsys.readouterr().out.count("| complete |") == 6 and (tmp_path / "sw" / "best.yaml").is_file()
 
 
 def test_a_worker_killed_by_sigkill_leaves_its_trial_failed_and_the_other_worker_re_runs_it(

@@ -144,3 +144,34 @@ def test_a_trial_config_has_the_trials_values_and_its_w_and_b_run_is_grouped_by_
     (run,) = [lg for lg in build_loggers(cfg, tmp_path / "run") if type(lg).__name__ == "WandbLogger"]
     assert run._wandb_init["group"] == "ablation" and "trial:1" in run._wandb_init["tags"]
     assert run._wandb_init["config"]["optim"]["lr"] == 3.0e-3  # every rank builds the same config: no wandb.config
+
+
+def test_the_pruner_comes_from_the_command_line_else_the_specs_hyperband(tmp_path):
+    import optuna
+
+    from toolgraph.sweep.study import build_pruner, pruner_settings
+
+    s = parse_spec(spec(early_terminate={"type": "hyperband", "min_iter": 3, "eta": 2}), "s.yaml")
+    settings = pruner_settings(s, None, 3, 1)
+    assert settings == {"name": "hyperband", "min_resource": 3, "max_resource": "auto", "eta": 2}
+    assert isinstance(build_pruner(settings), optuna.pruners.HyperbandPruner)
+    assert isinstance(build_pruner(pruner_settings(s, "median", 2, 5)), optuna.pruners.MedianPruner)
+    assert isinstance(build_pruner(pruner_settings(parse_spec(spec(), "s.yaml"), None, 3, 1)), optuna.pruners.NopPruner)
+
+
+def test_a_metric_target_reached_by_a_trial_stops_the_sweep(tmp_path):
+    from toolgraph.sweep.study import claim, create_sweep
+    from toolgraph.sweep.worker import _target_reached, run_worker
+
+    s = parse_spec(spec(metric={"name": "val/macro_f1", "goal": "maximize", "target": 0.8},
+                        parameters={"optim.lr": {"values": [1.0e-3, 3.0e-3, 1.0e-2]}}), tmp_path / "t.yaml")
+    sweep = create_sweep(s, tmp_path / "sw", None, pruner={"name": "none"}, budget=None)
+    assert not _target_reached(sweep)
+    first = claim(sweep)
+    sweep.study.tell(first.number, 0.79)
+    assert not _target_reached(sweep)
+    second = claim(sweep)
+    sweep.study.tell(second.number, 0.81)
+    assert _target_reached(sweep)
+    assert run_worker(sweep, log=lambda *a, **k: None) == {}  # returns at once: the third point never starts
+    assert [t.state.name for t in sweep.study.trials] == ["COMPLETE", "COMPLETE", "WAITING"]

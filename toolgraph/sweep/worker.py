@@ -144,7 +144,10 @@ def run_worker(sweep: Sweep, *, poll: float = 2.0, grace: float = GRACE_SECONDS,
     ended: dict[str, int] = {}
     while True:
         reap_stale(sweep, grace, log=lambda m: log(m, flush=True))
-        trial = None if _target_reached(sweep) else claim(sweep)
+        if _target_reached(sweep):
+            log(f"a trial reached {sweep.spec.metric} {sweep.spec.target}: no more trials start", flush=True)
+            return ended
+        trial = claim(sweep)
         if trial is None:
             if not sweep.trials(TrialState.RUNNING, TrialState.WAITING):
                 return ended

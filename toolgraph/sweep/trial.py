@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     finally:
         if rank_zero_only.rank == 0:
-            set_attr("seconds", round(time.perf_counter() - start, 2))
+            set_attr("train_seconds", round(time.perf_counter() - start, 2))  # "seconds": the worker's, whole
     if reporter.best() is None:
         print(f"error: metric.name: no validation reported {sweep.spec.metric!r}", file=sys.stderr)
         return 2

@@ -49,14 +49,16 @@ def _die_with_parent() -> None:  # in the child, before exec
         pass
 
 
-def _tell(sweep: Sweep, trial, rc: int) -> str:
-    """Finish ``trial`` from its child's exit code and what it reported."""
+def _tell(sweep: Sweep, trial, rc: int, seconds: float) -> str:
+    """Finish ``trial`` from its child's exit code and what it reported; ``seconds``: the trial process's
+    wall time (start-up and imports included)."""
     from optuna.trial import TrialState
 
     trial_id = sweep.trial_id(trial.number)
     frozen = sweep.storage.get_trial(trial_id)
     exit_ = EXITS.get(rc, "failed")
     sweep.storage.set_trial_user_attr(trial_id, "exit", exit_)
+    sweep.storage.set_trial_user_attr(trial_id, "seconds", round(seconds, 2))
     if exit_ == "complete" and "best_value" in frozen.user_attrs:
         sweep.study.tell(trial.number, float(frozen.user_attrs["best_value"]))
     elif exit_ == "pruned":
@@ -100,6 +102,7 @@ def _run_one(sweep: Sweep, trial, log=print) -> str:
         while not stop.wait(HEARTBEAT_SECONDS):
             heartbeat(sweep, trial_id)
 
+    started = time.perf_counter()
     with logfile.open("ab") as f:
         child = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
         beating = threading.Thread(target=beat, daemon=True)
@@ -111,13 +114,13 @@ def _run_one(sweep: Sweep, trial, log=print) -> str:
             rc = child.wait()
             rc = rc if rc in (130, 143) else 143
             stop.set()
-            _tell(sweep, trial, rc)
+            _tell(sweep, trial, rc, time.perf_counter() - started)
             log(f"trial {trial.number}: interrupted; queued again, it resumes from {out_dir}/checkpoints/last.ckpt",
                 flush=True)
             raise
         finally:
             stop.set()
-    exit_ = _tell(sweep, trial, rc)
+    exit_ = _tell(sweep, trial, rc, time.perf_counter() - started)
     frozen = sweep.storage.get_trial(trial_id)
     value = frozen.user_attrs.get("best_value")
     shown = f"{sweep.spec.metric} {value:.4f}" if isinstance(value, float) else "no value"
@@ -168,10 +171,10 @@ def share(items: list[Any], n: int, i: int) -> list[Any]:
     return items[start:start + size + (1 if i < extra else 0)]
 
 
-def spawn_workers(sweep: Sweep, n: int, gpus: list[str], *, grace: float, poll: float = 5.0,
-                  log=print) -> list[int]:
-    """``n`` worker processes on this machine, each on its share of the cores and GPUs; prints progress
-    until they end; returns their exit codes."""
+def spawn_workers(sweep: Sweep, n: int, gpus: list[str], *, grace: float, seed: int | None = None,
+                  poll: float = 5.0, log=print) -> list[int]:
+    """``n`` worker processes on this machine, each on its share of the cores and GPUs (worker ``i`` samples
+    with ``seed + i``); prints progress until they end; returns their exit codes."""
     from optuna.trial import TrialState
 
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
@@ -183,7 +186,7 @@ def spawn_workers(sweep: Sweep, n: int, gpus: list[str], *, grace: float, poll: 
         if gpus:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(share(gpus, n, i))
         cmd = [sys.executable, "-m", "toolgraph.cli", "sweep", "--worker", sweep.name, "--storage", sweep.url,
-               "--grace", str(grace)]
+               "--grace", str(grace), *(["--seed", str(seed + i)] if seed is not None else [])]
         logfile = (sweep.folder / "workers" / f"worker-{i}.log").open("ab")
 
         def pin(cpus=mine) -> None:

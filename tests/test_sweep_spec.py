@@ -193,3 +193,22 @@ def test_a_random_sweep_samples_within_its_bounds_until_its_run_cap(tmp_path):
     assert len(set(lrs)) == 3 and all(1.0e-4 <= lr <= 1.0e-2 for lr in lrs)
     sweep.study.tell(taken[0].number, state=TrialState.FAIL)
     assert claim(sweep) is not None  # a failed trial does not count against the cap
+
+
+def test_a_grid_is_queued_in_w_and_b_order_or_shuffled_by_the_seed(tmp_path):
+    from toolgraph.sweep.study import create_sweep
+
+    s = parse_spec(spec(parameters={"optim.lr": {"values": [1.0e-3, 3.0e-3]}, "model.hidden": {"values": [32, 64]}}),
+                   tmp_path / "g.yaml")
+
+    def queued(order, seed, name):
+        s.name = name
+        sweep = create_sweep(s, tmp_path / name, None, pruner={"name": "none"}, budget=None, seed=seed, order=order)
+        return [(t.system_attrs["fixed_params"]["optim.lr"], t.system_attrs["fixed_params"]["model.hidden"])
+                for t in sweep.study.trials]
+
+    product = [(1.0e-3, 32), (1.0e-3, 64), (3.0e-3, 32), (3.0e-3, 64)]
+    assert queued("product", None, "a") == product
+    shuffled = queued("shuffled", 0, "b")
+    assert sorted(shuffled) == sorted(product) and shuffled != product
+    assert queued("shuffled", 0, "c") == shuffled and queued("shuffled", 1, "d") != shuffled

@@ -564,6 +564,9 @@ def add_sweep_args(s: argparse.ArgumentParser) -> None:
                    help="stop bad trials early (default: the spec's early_terminate, else none)")
     s.add_argument("--prune-startup", type=_count, default=3, help="median: trials finished before any is pruned")
     s.add_argument("--prune-warmup", type=_count, default=1, help="validations of a trial before it may be pruned")
+    s.add_argument("--order", choices=["product", "shuffled"], default="product",
+                   help="grid order: product (W&B's, first key outermost) or shuffled by --seed (as Optuna's "
+                        "GridSampler; a pruner then meets good and bad points early)")
     s.add_argument("--resume", action="store_true", help="continue the study if it exists (else create it)")
     s.add_argument("--seed", type=int, default=None, help="sampler seed of random / bayes (worker i: seed + i)")
     s.add_argument("--grace", type=float, default=120.0,
@@ -593,7 +596,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     workers = args.workers if args.workers is not None else (len(args.gpus) if args.gpus else 1)
     run.start(target[0], out=args.out, storage=args.storage, study=args.study, workers=workers, gpus=args.gpus,
               trials=args.trials, pruner=args.pruner, prune_startup=args.prune_startup,
-              prune_warmup=args.prune_warmup, resume=args.resume, seed=args.seed, grace=args.grace)
+              prune_warmup=args.prune_warmup, resume=args.resume, seed=args.seed, grace=args.grace,
+              order=args.order)
     return 0
 
 

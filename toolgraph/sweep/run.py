@@ -17,7 +17,7 @@ __all__ = ["finish", "join", "locate", "start"]
 def start(spec_path: str | Path, *, out: str | Path | None = None, storage: str | None = None,
           study: str | None = None, workers: int = 1, gpus: list[str] | None = None, trials: int | None = None,
           pruner: str | None = None, prune_startup: int = 3, prune_warmup: int = 1, resume: bool = False,
-          seed: int | None = None, grace: float = 120.0, log=print) -> Sweep:
+          seed: int | None = None, grace: float = 120.0, order: str = "product", log=print) -> Sweep:
     """Create the sweep's study (or, with ``resume``, continue it) and run ``workers`` workers on it."""
     spec = read_spec(spec_path)
     if study:
@@ -27,7 +27,7 @@ def start(spec_path: str | Path, *, out: str | Path | None = None, storage: str 
     settings = pruner_settings(spec, pruner, prune_startup, prune_warmup)
     _check_recipe(spec)
     try:
-        sweep = create_sweep(spec, folder, storage, pruner=settings, budget=budget, seed=seed)
+        sweep = create_sweep(spec, folder, storage, pruner=settings, budget=budget, seed=seed, order=order)
         log(f"study {spec.name!r}: {spec.method}, {sweep.settings['budget']} trials, {spec.metric} ({spec.goal}), "
             f"pruner {settings['name']}; storage {sweep.url}", flush=True)
     except StudyExists:

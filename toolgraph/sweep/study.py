@@ -137,8 +137,12 @@ def _sampler(spec: SweepSpec, seed: int | None, parallel: bool):
 
 
 def create_sweep(spec: SweepSpec, folder: Path, storage: str | Path | None, *, pruner: dict[str, Any],
-                 budget: int | None, seed: int | None = None) -> Sweep:
-    """A new study for ``spec``, its grid enqueued; an existing one of that name is a ConfigError."""
+                 budget: int | None, seed: int | None = None, order: str = "product") -> Sweep:
+    """A new study for ``spec``, its grid enqueued (``order``: ``product``, W&B's order, the first key
+    outermost; ``shuffled``: a random order from ``seed``, as Optuna's GridSampler takes points, so that a
+    pruner meets good and bad points early); an existing one of that name is a ConfigError."""
+    import random
+
     import optuna
 
     if spec.method != "grid" and budget is None:
@@ -149,7 +153,7 @@ def create_sweep(spec: SweepSpec, folder: Path, storage: str | Path | None, *, p
     settings = {"spec": spec.raw, "spec_path": str(spec.path.resolve()), "folder": str(folder.resolve()),
                 "configs": [str(Path(c).resolve()) for c in spec.configs], "overrides": spec.overrides,
                 "metric": spec.metric, "goal": spec.goal, "method": spec.method, "pruner": pruner,
-                "budget": len(spec.grid()) if spec.method == "grid" else budget, "seed": seed}
+                "budget": len(spec.grid()) if spec.method == "grid" else budget, "seed": seed, "order": order}
     try:
         study = optuna.create_study(study_name=spec.name, storage=store, direction=spec.goal,
                                     sampler=_sampler(spec, seed, False), pruner=build_pruner(pruner))
@@ -158,7 +162,10 @@ def create_sweep(spec: SweepSpec, folder: Path, storage: str | Path | None, *, p
                           f"another machine with toolgraph sweep --worker {spec.name} --storage ..., or give another "
                           "--out / spec name") from None
     study.set_user_attr(ATTR, settings)
-    for point in spec.grid() if spec.method == "grid" else []:
+    points = spec.grid() if spec.method == "grid" else []
+    if order == "shuffled":
+        random.Random(seed or 0).shuffle(points)
+    for point in points:
         study.enqueue_trial(point, user_attrs={"attempt": 1})
     study.set_user_attr("toolgraph_ready", True)  # last: a joiner waits for the whole grid
     return Sweep(study, store, url, spec, settings)

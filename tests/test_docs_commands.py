@@ -128,7 +128,7 @@ RULES: list[tuple[str, str, tuple[str, ...]]] = [
      ("test_sweep.py::test_the_median_pruner_stops_a_trial_worse_than_the_median_and_keeps_its_folder",)),
     (r"^toolgraph sweep \S+\.yaml --resume$", "covered",
      ("test_sweep.py::test_sigterm_requeues_the_trial_and_resume_continues_it_from_last_ckpt",)),
-    (r"^toolgraph sweep \S+\.yaml --storage postgresql://\S+ --workers 0$|^toolgraph sweep --worker \S+ --storage ",
+    (r"^toolgraph sweep \S+\.yaml --storage postgresql://\S+ --workers 0$|^toolgraph sweep --worker \S+( --storage |$)",
      "covered", ("test_sweep.py::test_two_workers_share_a_study_in_postgresql",
                  "test_sweep.py::test_a_worker_killed_by_sigkill_leaves_its_trial_failed_and_the_other_worker_re_runs_it")),
     (r"^toolgraph sweep report runs/sweeps/\S+$", "covered",

@@ -40,6 +40,7 @@ GENERATED = {
     "agents": ({}, "docs/agents-and-serving.md", {"agents-main", "agents-variants", "agents-mcp-layout", "agents-serving"}),
     "soak": ({}, "docs/agents-and-serving.md", {"serve-soak"}),
     "serve_bench": ({}, "docs/agents-and-serving.md", {"serve-startup"}),
+    "sweep_bench": ({}, "docs/configuration.md", {"sweep-bench"}),
     "convergence": ({}, "docs/dense.md", {"fast"}),
     "general": ({}, "docs/general.md", {"general-lodo", "general-all", "general-mcp", "general-test-as-train",
                         "general-variants", "general-recipes", "general-full-finetune"}),

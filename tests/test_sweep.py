@@ -150,3 +150,17 @@ def test_the_median_pruner_stops_a_trial_worse_than_the_median_and_keeps_its_fol
     run = bad.user_attrs["out_dir"]
     assert os.path.isfile(os.path.join(run, "config.yaml")) and os.path.isfile(os.path.join(run, "logs", "metrics.csv"))
     assert "pruned" in capsys.readouterr().out
+
+
+def test_a_ddp_trial_is_pruned_on_both_ranks_at_once(synthetic_dataset_dir, tiny_bert_dir, tmp_path):
+    """Rank 0 asks the pruner and broadcasts the answer: both gloo ranks stop at the same validation (no hang)."""
+    spec = tiny_spec(tmp_path, synthetic_dataset_dir, tiny_bert_dir, {"optim.lr": {"values": [1.0e-2, 1.0e-8]}},
+                     steps=28, command_extra=["trainer.devices=2", "trainer.strategy=ddp"])
+    folder = tmp_path / "sw"
+    finish(toolgraph("sweep", str(spec), "--out", str(folder), "--pruner", "median", "--prune-startup", "1",
+                     "--prune-warmup", "0"), timeout=400)
+    good, bad = load(folder).trials
+    assert good.state.name == "COMPLETE" and len(good.intermediate_values) == 4
+    assert bad.state.name == "PRUNED" and len(bad.intermediate_values) == 1
+    log = open(bad.user_attrs["log"]).read()
+    assert "pruned at validation 0" in log and log.count("Initializing distributed: GLOBAL_RANK") == 2

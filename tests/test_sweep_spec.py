@@ -212,3 +212,43 @@ def test_a_grid_is_queued_in_w_and_b_order_or_shuffled_by_the_seed(tmp_path):
     shuffled = queued("shuffled", 0, "b")
     assert sorted(shuffled) == sorted(product) and shuffled != product
     assert queued("shuffled", 0, "c") == shuffled and queued("shuffled", 1, "d") != shuffled
+
+
+def test_a_metric_the_task_does_not_log_and_a_damaged_journal_are_clear_errors(tmp_path, capsys):
+    bad = tmp_path / "metric.yaml"
+    bad.write_text(yaml.safe_dump(spec(metric={"name": "val/macro_f2", "goal": "maximize"})))
+    assert cli(["sweep", str(bad), "--out", str(tmp_path / "sw")]) == 2
+    err = capsys.readouterr().err
+    assert "key 'metric.name'" in err and "val/macro_f2" in err and "val/macro_f1" in err, err
+    assert not (tmp_path / "sw").exists()
+    damaged = tmp_path / "damaged"
+    damaged.mkdir()
+    text = '{"op_code": 0, "worker_id": "w"}\n'
+    (damaged / "study.journal").write_text(text)
+    assert cli(["sweep", "report", str(damaged)]) == 2
+    assert "study.journal: not a readable Optuna journal" in capsys.readouterr().err
+    assert (damaged / "study.journal").read_text() == text  # nothing lost
+
+
+def test_two_workers_reaping_the_same_lost_trial_fail_it_once_and_queue_it_once(tmp_path, monkeypatch):
+    import socket
+    import subprocess
+
+    from optuna.trial import TrialState
+
+    from toolgraph.sweep.study import claim, create_sweep, reap_stale
+
+    sweep = create_sweep(parse_spec(spec(), tmp_path / "r.yaml"), tmp_path / "sw", None, pruner={"name": "none"},
+                         budget=None)
+    trial = claim(sweep)
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a worker pid that no longer runs on this host
+    trial_id = sweep.trial_id(trial.number)
+    for key, value in (("host", socket.gethostname()), ("pid", gone.pid), ("heartbeat", 0.0)):
+        sweep.storage.set_trial_system_attr(trial_id, f"toolgraph:{key}", value)
+    seen = sweep.trials(TrialState.RUNNING)  # what both workers read before either acted
+    assert reap_stale(sweep, log=lambda m: None) == [trial.number]
+    monkeypatch.setattr(sweep, "trials", lambda *states: seen if states == (TrialState.RUNNING,) else [])
+    assert reap_stale(sweep, log=lambda m: None) == []  # the second worker loses the race and does nothing
+    retries = [t for t in sweep.study.trials if t.user_attrs.get("retry_of") == trial.number]
+    assert len(retries) == 1 and sweep.study.trials[trial.number].state == TrialState.FAIL

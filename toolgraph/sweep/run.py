@@ -63,11 +63,17 @@ def _check_recipe(spec) -> None:
 
     points = spec.grid() if spec.method == "grid" else [
         {k: (p.grid_values()[0] if p.values else p.low) for k, p in spec.parameters.items()}]
+    from toolgraph.registry import TASKS
+
     for point in points:
         try:
-            load_config(TrainConfig, spec.configs, [*spec.overrides, *point_overrides(point)])
+            cfg = load_config(TrainConfig, spec.configs, [*spec.overrides, *point_overrides(point)])
         except ConfigError as e:
             raise ConfigError(f"{spec.path}: a trial's config does not load: {e}") from None
+        logged = TASKS.get(cfg.model.name).monitorable(cfg)  # what the task logs at validation
+        if spec.metric not in logged:
+            raise ConfigError(f"{spec.path}: key 'metric.name': {spec.metric!r} is not logged by "
+                              f"model.name={cfg.model.name!r} (it logs e.g. {', '.join(logged[:6])})")
 
 
 def locate(target: str, storage: str | None) -> tuple[str | None, str | None, Path | None]:

@@ -182,8 +182,12 @@ def open_sweep(name: str | None, storage: str | Path | None, folder: Path | None
     if "://" not in url and not Path(url).is_file():
         raise ConfigError(f"{url}: no study journal here (a sweep folder holds {JOURNAL}; start the sweep with "
                           "toolgraph sweep SPEC first)")
-    store = open_storage(url)
-    names = [s.study_name for s in optuna.get_all_study_summaries(store, include_best_trial=False)]
+    try:
+        store = open_storage(url)
+        names = [s.study_name for s in optuna.get_all_study_summaries(store, include_best_trial=False)]
+    except (KeyError, ValueError, TypeError) as e:  # a journal line that is not Optuna's (json errors are ValueErrors)
+        raise ConfigError(f"{url}: not a readable Optuna journal ({type(e).__name__}: {e}); it was left as it is") \
+            from None
     if name is None:
         if len(names) != 1:
             raise ConfigError(f"{url}: holds {len(names)} studies ({', '.join(names) or 'none'}): name one")
@@ -296,11 +300,11 @@ def reap_stale(sweep: Sweep, grace: float = GRACE_SECONDS, log=print) -> list[in
         if not is_stale(t, grace):
             continue
         trial_id = sweep.trial_id(t.number)
-        sweep.storage.set_trial_user_attr(trial_id, "exit", "lost")
         try:
+            sweep.storage.set_trial_user_attr(trial_id, "exit", "lost")
             sweep.storage.set_trial_state_values(trial_id, TrialState.FAIL)
         except optuna.exceptions.UpdateFinishedTrialError:
-            continue  # another worker got there first
+            continue  # another worker (or the trial's own, late) finished it first
         reaped.append(t.number)
         log(f"trial {t.number}: its worker is gone (no heartbeat); marked failed")
         requeue(sweep, t, log=log)

@@ -51,7 +51,19 @@ def _die_with_parent() -> None:  # in the child, before exec
 
 def _tell(sweep: Sweep, trial, rc: int, seconds: float) -> str:
     """Finish ``trial`` from its child's exit code and what it reported; ``seconds``: the trial process's
-    wall time (start-up and imports included)."""
+    wall time (start-up and imports included). A trial another worker already failed as lost (this worker's
+    heartbeat was late) keeps that state: its point runs again there."""
+    import optuna
+
+    try:
+        return _finish_trial(sweep, trial, rc, seconds)
+    except optuna.exceptions.UpdateFinishedTrialError:
+        print(f"trial {trial.number}: another worker marked it lost and queued its point again; this result is "
+              "not recorded", flush=True)
+        return "lost"
+
+
+def _finish_trial(sweep: Sweep, trial, rc: int, seconds: float) -> str:
     from optuna.trial import TrialState
 
     trial_id = sweep.trial_id(trial.number)

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from toolgraph.errors import ToolgraphError
+from toolgraph.errors import ConfigError, ToolgraphError
 
 
 def _offline_defaults() -> None:
@@ -307,7 +307,14 @@ def cmd_mcp_config(args: argparse.Namespace) -> int:
 
 
 def cmd_index(args: argparse.Namespace) -> int:
+    if args.action == "feedback":
+        return cmd_index_feedback(args)
+    if args.action == "train":
+        return cmd_index_train(args)
     from toolgraph.sync import sync_index
+
+    if args.catalog is None:
+        raise ConfigError("index sync: give the CATALOG (MCP servers JSON, a tools/list folder or a dataset folder)")
 
     spec = None
     if args.retriever_config:
@@ -326,6 +333,31 @@ def cmd_index(args: argparse.Namespace) -> int:
     if counts["skipped"]:
         print(f"skipped {sum(counts['skipped'].values())} catalog entries: "
               + ", ".join(f"{n} {why}" for why, n in counts["skipped"].items()), file=sys.stderr)
+    return 0
+
+
+def cmd_index_feedback(args: argparse.Namespace) -> int:
+    from toolgraph.feedback import apply_feedback
+
+    if args.remove and not (args.query or args.before is not None):
+        raise ConfigError("index feedback --remove: say what to remove: --query TEXT (repeatable) or --before TIME")
+    if not args.remove and (args.query or args.before is not None):
+        raise ConfigError("index feedback: --query and --before select entries to delete; add --remove")
+    if args.remove and args.catalog is not None:
+        raise ConfigError("index feedback --remove takes no LOG.jsonl: add a log and remove entries in two runs")
+    counts = apply_feedback(args.catalog, args.index, wait=args.wait, cap=args.cap, remove_queries=args.query or (),
+                            before=args.before)
+    print(json.dumps(counts))
+    return 0
+
+
+def cmd_index_train(args: argparse.Namespace) -> int:
+    from toolgraph.feedback import train_index
+
+    if args.catalog is not None:
+        raise ConfigError(f"index train takes no positional argument (got {args.catalog!r}): it trains on the "
+                          "index's own log; add logs with toolgraph index feedback LOG.jsonl --index DIR")
+    print(json.dumps(train_index(args.index, args.out, args.config, args.overrides, args.min_queries, args.wait)))
     return 0
 
 
@@ -495,9 +527,12 @@ def build_parser() -> argparse.ArgumentParser:
     mc.add_argument("--name", default="toolgraph", help="the server's name in the client's config")
     mc.set_defaults(fn=cmd_mcp_config)
 
-    i = sub.add_parser("index", help="maintain a saved agent/tool index")
-    i.add_argument("action", choices=["sync"])
-    i.add_argument("catalog", help="MCP servers JSON, a folder of tools/list responses, or a dataset folder")
+    i = sub.add_parser("index", help="maintain a saved agent/tool index: sync a catalog, learn from a usage log, "
+                                     "train on it")
+    i.add_argument("action", choices=["sync", "feedback", "train"])
+    i.add_argument("catalog", nargs="?", default=None, metavar="CATALOG | LOG",
+                   help="sync: MCP servers JSON, a folder of tools/list responses, or a dataset folder; feedback: "
+                        'the usage log, JSON lines {"query", "tools": [ids], "ok"?, "time"?}')
     i.add_argument("--index", required=True,
                    help="index folder (created if missing or empty, replaced atomically; any other folder is refused)")
     i.add_argument("--retriever-config", default=None,
@@ -508,6 +543,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a tool name repeated inside one server: error (default), or keep one copy (counted)")
     i.add_argument("--max-text-chars", type=_positive_int, default=None,
                    help="longest name, description or inputSchema (as JSON) of one catalog entry (default 65536)")
+    i.add_argument("--remove", action="store_true", help="feedback: delete stored entries (--query, --before)")
+    i.add_argument("--query", action="append", default=None,
+                   help="feedback --remove: the logged request to delete (case and spacing ignored; repeatable)")
+    i.add_argument("--before", default=None,
+                   help="feedback --remove: delete entries logged before this time (ISO 8601 or Unix seconds)")
+    i.add_argument("--cap", type=_positive_int, default=None,
+                   help="feedback: the store's size limit, kept in the index (oldest dropped first; default 200000)")
+    i.add_argument("--config", default="configs/index_train.yaml", help="train: the training recipe")
+    i.add_argument("--out", default=None, help="train: run folder (default: INDEX.train beside the index)")
+    i.add_argument("--min-queries", type=_positive_int, default=1000,
+                   help="train: refuse below this many successful logged queries (default 1000)")
+    i.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="train: an override of the recipe (repeatable), e.g. --set trainer.max_time=00:00:10:00")
     i.set_defaults(fn=cmd_index)
 
     dr = sub.add_parser("doctor", help="versions, devices, data and model paths, and the fix for what is missing")

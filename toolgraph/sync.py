@@ -72,6 +72,7 @@ from toolgraph.files import FolderPutBack, clean_new_copies, clean_old_copies, i
 from toolgraph.retrieval.agents import content_hash
 from toolgraph.retrieval.base import Retriever
 from toolgraph.retrieval.dense import embedding_cache_off
+from toolgraph.retrieval.feedback import FeedbackRetriever
 from toolgraph.retrieval.loading import load, recover, resolve_retriever
 from toolgraph.retrieval.manifest import MANIFEST
 
@@ -369,6 +370,10 @@ def _sync_retriever(r: Retriever, tools: list[Tool], agents: list[Agent], create
     ``index`` (counted here by content hash). A new index that cannot be built from a catalog alone
     (one that learns from labelled queries: query_knn, losemb) is a ConfigError naming
     ``retriever.name`` and saying what to give instead."""
+    if isinstance(r, FeedbackRetriever):  # the catalog is its base's; the store stays (tools gone stop voting)
+        counts = _sync_retriever(r.base, tools, agents, created)
+        r.refresh()
+        return counts
     if hasattr(r, "sync"):
         return r.sync(tools, agents)
     old = {t.id: content_hash(t) for t in r.tools}

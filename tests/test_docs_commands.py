@@ -137,6 +137,12 @@ RULES: list[tuple[str, str, tuple[str, ...]]] = [
     (r"^python train\.py --config runs/sweeps/\S+/best\.yaml$", "covered",
      ("test_sweep_report.py::test_best_yaml_loads_back_with_the_best_params_and_out_dir",)),
     (r"^(python (train|evaluate)\.py|toolgraph (train|evaluate|tune)) ", "resolve", ()),
+    # docs/agents-and-serving.md "Learning from usage": the CLI paths on the tiny model (tests/test_feedback.py)
+    (r"^toolgraph index feedback ", "covered",
+     ("test_feedback.py::test_remove_by_query_and_by_time_and_the_cap_drops_the_oldest",
+      "test_feedback.py::test_a_running_server_picks_up_a_feedback_swap_with_no_failed_request")),
+    (r"^toolgraph index train ", "covered",
+     ("test_feedback.py::test_index_train_swaps_in_a_model_trained_on_the_log_and_keeps_the_log",)),
     (r"^python benchmarks/\w+\.py( |$)", "resolve", ()),
 ]
 MARK_WORDS = {"gpu": r"\bgpus?\b", "cluster": r"\bcluster\b"}  # what a gpu / cluster line's comment must say

@@ -177,3 +177,80 @@ def test_kill_9_during_feedback_leaves_a_whole_index_old_or_new(index, tmp_path)
     assert 1 in seen  # at least one kill landed before the swap: the old store served
     counts = apply_feedback(big, index)  # the next run cleans up after the killed ones
     assert counts["stored"] == 4001 and not list(index.parent.glob(f".{index.name}.new-*"))
+
+
+def test_a_running_server_picks_up_a_feedback_swap_with_no_failed_request(index, tmp_path):
+    import threading
+    import urllib.request
+
+    from test_serving import free_port, get_json
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "toolgraph.cli", "serve", "--retriever", str(index), "--transport",
+                             "http", "--port", str(port)], env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 120
+        while True:
+            assert proc.poll() is None and time.time() < deadline, "the server did not start"
+            try:
+                if get_json(base + "/health")[0] == 200:
+                    break
+            except OSError:
+                time.sleep(0.3)
+        query = "please tell me the weather"
+        statuses, stop = [], threading.Event()
+
+        def client():
+            while not stop.is_set():
+                with urllib.request.urlopen(f"{base}/search?q=please+tell+me+the+weather&k=2", timeout=30) as r:
+                    statuses.append(r.status)
+
+        threads = [threading.Thread(target=client) for _ in range(4)]
+        for t in threads:
+            t.start()
+        assert cli(["index", "feedback", str(write_log(tmp_path / "log.jsonl", [{"query": query, "tools": ["5", "7"]}])),
+                    "--index", str(index)]) == 0
+        deadline = time.time() + 60
+        while get_json(base + "/health")[1]["reloads"] < 1 and time.time() < deadline:
+            time.sleep(0.2)
+        time.sleep(0.5)
+        stop.set()
+        for t in threads:
+            t.join(timeout=30)
+        health = get_json(base + "/health")[1]
+        assert health["reloads"] == 1 and health["reload_errors"] == 0
+        assert statuses and set(statuses) == {200}  # every request during the swap answered
+        status, body = get_json(base + "/search?q=please+tell+me+the+weather&k=2")
+        assert status == 200 and {r["id"] for r in body["results"]} == {"5", "7"}
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_index_train_swaps_in_a_model_trained_on_the_log_and_keeps_the_log(index, synthetic_dataset_dir, tiny_bert_dir,
+                                                                           tmp_path, capsys):
+    from toolgraph.feedback import train_index
+    from toolgraph.retrieval.dense import DenseRetriever
+
+    ds = read_dataset(synthetic_dataset_dir)
+    rows = [{"query": q.text, "tools": list(q.tools), "time": i} for i, q in enumerate(ds.split("train"))]
+    rows.append({"query": "a task that failed", "tools": ["3"], "ok": False, "time": 999})
+    apply_feedback(write_log(tmp_path / "log.jsonl", rows), index)
+    stored = load(index)
+    with pytest.raises(ConfigError, match="fewer than --min-queries 1000"):
+        train_index(index)
+    over = [f"model.encoder={tiny_bert_dir}", "model.freeze_layers=1", "model.grad_tools=8", "trainer.max_steps=12",
+            "trainer.accelerator=cpu", "trainer.devices=1", "trainer.enable_progress_bar=false",
+            "data.max_query_length=24", "data.max_tool_length=24", "optim.lr=1e-3", "eval.ks=[1,3,5]"]
+    capsys.readouterr()
+    assert cli(["index", "train", "--index", str(index), "--out", str(tmp_path / "train"), "--config",
+                str(REPO / "configs" / "index_train.yaml"), "--min-queries", "50", *(f"--set={o}" for o in over)]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["trained_on"] == len(stored.entries) - 1  # the failed task is not a training example
+    r = load(index)
+    assert isinstance(r, FeedbackRetriever) and isinstance(r.base, DenseRetriever)
+    assert [e.query for e in r.entries] == [e.query for e in stored.entries]  # the log stays the source of truth
+    assert not torch.allclose(r.log_vectors, stored.log_vectors)  # re-encoded by the trained encoder
+    assert (index / "base" / "encoder").is_dir()  # the trained encoder travels with the index
+    assert [t.id for t in r.tools] == [t.id for t in stored.tools]

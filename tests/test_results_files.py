@@ -41,6 +41,7 @@ GENERATED = {
     "soak": ({}, "docs/agents-and-serving.md", {"serve-soak"}),
     "serve_bench": ({}, "docs/agents-and-serving.md", {"serve-startup"}),
     "sweep_bench": ({}, "docs/configuration.md", {"sweep-bench"}),
+    "feedback_bench": ({}, "docs/agents-and-serving.md", {"feedback-replay"}),
     "convergence": ({}, "docs/dense.md", {"fast"}),
     "general": ({}, "docs/general.md", {"general-lodo", "general-all", "general-mcp", "general-test-as-train",
                         "general-variants", "general-recipes", "general-full-finetune"}),

@@ -117,7 +117,7 @@ def train_index(index: str | Path, out: str | Path | None = None, config: str | 
                          out / "log_dataset")
     n_train = sum(q.split == "train" for q in read_dataset(data).queries)
     cfg = load_config(TrainConfig, [config], [*schedule(n_train), f"data.name={data}", f"out_dir={out / 'run'}",
-                                              "test=false", *overrides])
+                                              "test=false", "data.split=val", "data.test_split=val", *overrides])  # a log has no test
     start = time.perf_counter()
     summary = train(cfg)
     seconds = time.perf_counter() - start
@@ -138,7 +138,7 @@ def train_index(index: str | Path, out: str | Path | None = None, config: str | 
     print(f"toolgraph index train: {shown} now ranks with {exported} (trained {seconds:.0f} s on {len(ok)} "
           "logged queries)", file=sys.stderr)
     return {"index": shown, "trained_on": len(ok), "seconds": round(seconds, 1), "model": str(exported),
-            "metrics": (summary or {}).get("metrics") or {},
+            "val_metrics": (summary or {}).get("metrics") or {},
             "stored": len(new.entries)}
 
 

@@ -56,10 +56,12 @@ class FeedbackConfig(RetrieverConfig):
     name: str = "feedback"
     base: Any = None  # the index's own retriever: a saved folder (base/ once saved) or a config
     encoder: str | None = None  # neighbour vectors' encoder; None: the base's own (all-MiniLM-L6-v2 if it has none)
-    neighbors: int = bounded(10, ge=1)  # logged queries that vote
-    kernel: float = bounded(0.05, gt=0)  # a neighbour at cosine c counts exp((c - 1) / kernel)
-    prior: float = bounded(0.5, gt=0)  # gate = evidence / (evidence + prior)
-    weight: float = bounded(2.0, ge=0)  # the votes' weight at a full gate, over the base score min-max normalised
+    # the defaults: chosen by replay on the val splits of ToolLens, MetaTool, UltraTool and ToolLinkOS
+    # (benchmarks/feedback_bench.py replay; a grid of 480, benchmarks/results/feedback_grid.json)
+    neighbors: int = bounded(20, ge=1)  # logged queries that vote
+    kernel: float = bounded(0.1, gt=0)  # a neighbour at cosine c counts exp((c - 1) / kernel)
+    prior: float = bounded(0.1, gt=0)  # gate = evidence / (evidence + prior)
+    weight: float = bounded(8.0, ge=0)  # the votes' weight at a full gate, over the base score min-max normalised
     failed_weight: float = bounded(0.0, ge=0, le=1)  # a failed task's calls vote with this weight (0: kept out)
     max_queries: int = bounded(200_000, ge=1)  # the store's cap: the oldest entries are dropped first
 

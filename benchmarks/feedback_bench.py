@@ -97,7 +97,7 @@ def trained(args: argparse.Namespace) -> None:
             subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL if args.quiet else None)
             seconds = round(time.perf_counter() - start, 1)
             res = json.loads((run / "results.json").read_text())
-            row = {"method": "bi_encoder_fast", "dataset": name, "split": "test", "setting": "trained on the log",
+            row = {"method": "bi_encoder_fast", "dataset": name, "split": "test", "setting": f"trained on {n} logged queries",
                    "logged_queries": n, "metrics": {k: round(v, 4) for k, v in res["metrics"].items()},
                    "train_seconds": res["training"]["train_seconds"], "steps": res["training"]["steps"],
                    "seconds": seconds, "command": "python " + " ".join(cmd[1:]).replace(str(ROOT) + "/", ""),
@@ -194,16 +194,18 @@ def replay(args: argparse.Namespace) -> None:
             test = r.metrics("test", r.scores("test", n, chosen))
             seconds = time.perf_counter() - t0
             val = r.metrics("val", r.scores("val", n, chosen))
-            rows.append({"method": "feedback", "dataset": name, "split": "test", "setting": "replay, zero-shot base",
+            rows.append({"method": "feedback", "dataset": name, "split": "test", "setting": f"replay, {n} logged queries",
                          "logged_queries": n, "encoder": "all-MiniLM-L6-v2", "queries": len(r.splits["test"][2]),
                          "metrics": {k: round(v, 4) for k, v in test.items()}, "val_recall@5": round(val["recall@5"], 4),
                          "constants": chosen, "seconds": round(seconds, 2),
                          "log_encode_seconds": round(r.log_seconds * n / len(r.order), 1),
                          "command": command, "device": "cpu", "machine": machine()})
             print(name, n, rows[-1]["metrics"]["recall@5"], flush=True)
-    grid = [{"constants": c, "mean_val_recall@5": round(m, 4)} for c, m in zip(points, means)]
-    (ROOT / "benchmarks" / "results" / "feedback_grid.json").write_text(json.dumps({"command": command,
-                                                                                    "grid": grid}, indent=1) + "\n")
+    # every grid point's mean val R@5 (over the datasets and their logged steps)
+    grid = [{"method": "feedback", "dataset": "+".join(args.datasets), "split": "val",
+             "setting": " ".join(f"{k}={v}" for k, v in c.items()), "constants": c,
+             "metrics": {"mean_recall@5": round(m, 4)}, "command": command} for c, m in zip(points, means)]
+    upsert(f"{NAME}_grid", grid)
     upsert(NAME, rows, KEY)
 
 
@@ -235,7 +237,7 @@ def cli(args: argparse.Namespace) -> None:
         subprocess.run([str(ROOT / ".venv" / "bin" / cmd[0]), *cmd[1:]], cwd=ROOT, check=True)
         seconds.append(round(time.perf_counter() - t0, 1))
     report = evaluate(load_index(index), ds, "test", EvalConfig(ks=KS))
-    row = {"method": "feedback", "dataset": args.dataset, "split": "test", "setting": "end to end: index sync + index feedback",
+    row = {"method": "feedback", "dataset": args.dataset, "split": "test", "setting": f"end to end: index sync + index feedback of {args.logged}",
            "logged_queries": args.logged, "encoder": "all-MiniLM-L6-v2", "queries": len(ds.split("test")),
            "metrics": {k: round(v, 4) for k, v in report.metrics.items()}, "sync_seconds": seconds[0],
            "seconds": seconds[1], "command": "python benchmarks/feedback_bench.py cli --dataset "

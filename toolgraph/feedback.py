@@ -37,7 +37,7 @@ from toolgraph.retrieval.loading import load, recover
 from toolgraph.sync import LOCK_WAIT, _check_target, _swap_in, _write_errors, index_lock, resolve_index
 
 TRAIN_CONFIG = "configs/index_train.yaml"
-MIN_QUERIES = 1000  # below this the log's votes alone beat a model trained on it (benchmarks/results/feedback.json)
+MIN_QUERIES = 1000  # a floor against training on a handful of requests (benchmarks/results/feedback.json: which wins)
 
 
 def _load_index(index: Path) -> FeedbackRetriever:
@@ -107,8 +107,8 @@ def train_index(index: str | Path, out: str | Path | None = None, config: str | 
     ok = [e for e in r.entries if e.ok]
     if len(ok) < min_queries:
         raise ConfigError(f"--index {shown}: {len(ok)} successful logged queries, fewer than --min-queries "
-                          f"{min_queries}: below that the log's votes alone serve better than a model trained on it; "
-                          "log more (toolgraph index feedback) or lower --min-queries")
+                          f"{min_queries}; the log's votes already serve it (toolgraph index feedback): log more, or "
+                          "lower --min-queries to train anyway")
     if not Path(config).is_file():
         raise ConfigError(f"--config {config}: not found; index train reads its recipe from it (run from the "
                           "repository root, or give --config)")

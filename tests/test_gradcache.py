@@ -182,7 +182,9 @@ def test_one_step_with_grad_cache_equals_the_step_without(synthetic_dataset_dir,
     weights are those of the same run without it, within float tolerance (and they did change)."""
     _, plain = _run(synthetic_dataset_dir, no_dropout_bert_dir, tmp_path / "plain", 1, [])
     _, cached = _run(synthetic_dataset_dir, no_dropout_bert_dir, tmp_path / "cached", 1, ["model.grad_cache=5"])
-    _assert_close(plain, cached, 1e-6)
+    # 1e-5: Adam's first step moves each weight by ~lr (1e-3); chunked gradient sums differ by float noise that
+    # its normalisation scales up (2.2e-6 seen on this machine, at the previous commit too)
+    _assert_close(plain, cached, 1e-5)
     base = BertModel.from_pretrained(no_dropout_bert_dir).state_dict()
     name = "encoder.layer.1.output.dense.weight"
     assert not torch.allclose(cached[f"query_encoder.backbone.{name}"], base[name])

@@ -50,12 +50,6 @@ def load(name: str):
     return load_dataset(name)
 
 
-def read_split(folder: Path, split: str) -> list:
-    from toolgraph.data.formats import read_dataset
-
-    return read_dataset(folder).split(split)
-
-
 def log_order(ds) -> list:
     """The dataset's train queries in the one seeded order every step feeds them in."""
     train = sorted(ds.split("train"), key=lambda q: q.id)
@@ -83,11 +77,11 @@ def trained(args: argparse.Namespace) -> None:
                 continue
             folder = out / "data" / f"{name}_{n}"
             entries = [Entry(q.text, q.tools) for q in order[:n]]
-            write_dataset(log_dataset(ds.tools, entries, ds.agents, extra=ds.split("test"), name=f"{name}-log-{n}"),
-                          folder)
+            log = log_dataset(ds.tools, entries, ds.agents, extra=ds.split("test"), name=f"{name}-log-{n}")
+            write_dataset(log, folder)
             run = out / f"bi_{name}_{n}"
             # index train's schedule (toolgraph/feedback.py): the fast recipe's batch, >= 100 steps, >= 5 epochs
-            over = [*schedule(len(read_split(folder, "train"))), f"data.name={folder}", f"out_dir={run}",
+            over = [*schedule(len(log.split("train"))), f"data.name={folder}", f"out_dir={run}",
                     f"trainer.max_time={BUDGET}", "trainer.enable_progress_bar=false", "logger.wandb=false"]
             if name in TOOL_TEXT:
                 over.append(f"model.tool_text={TOOL_TEXT[name]}")
@@ -129,9 +123,9 @@ class Replay:
         self.log_vectors = self.base.encode_queries([q.text for q in self.order])
         self.log_seconds = time.perf_counter() - t0  # encoding the whole log (through the embedding cache if warm)
         pos = {t.id: i for i, t in enumerate(self.base.tools)}
-        from toolgraph.retrieval.feedback import _padded
+        from toolgraph.retrieval.feedback import item_matrix
 
-        self.items = _padded([[pos[t] for t in q.tools] for q in self.order])
+        self.items = item_matrix([[pos[t] for t in q.tools] for q in self.order])
         self.splits = {}
         for split in ("val", "test"):
             queries = self.ds.split(split)

@@ -58,7 +58,7 @@ def apply_feedback(log: str | Path | None, index: str | Path, wait: float = LOCK
     cutoff = None
     if before is not None:
         try:
-            cutoff = parse_time(float(before) if _number(before) else before, "--before")
+            cutoff = parse_time(before, "--before")
         except ValueError as e:
             raise ConfigError(str(e)) from None
     shown, index = str(index), resolve_index(index)
@@ -75,21 +75,13 @@ def apply_feedback(log: str | Path | None, index: str | Path, wait: float = LOCK
         if cap is not None:
             r.config.max_queries = cap
         known = {e.key for e in kept}
+        added = sum(e.key not in known for e in new)
         merged, dropped = merge(kept, new, r.config.max_queries)
         with embedding_cache_off():  # the index keeps the vectors: no cache_dir is written
             encoded = r.set_entries(merged)
         _swap_in(r, index)
-    return {"index": shown, "lines": lines, "added": sum(e.key not in known for e in new),
-            "repeated": lines - sum(e.key not in known for e in new), "removed": removed, "dropped_by_cap": dropped,
+    return {"index": shown, "lines": lines, "added": added, "repeated": lines - added, "removed": removed, "dropped_by_cap": dropped,
             "stored": len(r.entries), "failed_kept_out": sum(not e.ok for e in r.entries), "encoded": encoded}
-
-
-def _number(value: Any) -> bool:
-    try:
-        float(value)
-    except (TypeError, ValueError):
-        return False
-    return True
 
 
 def train_index(index: str | Path, out: str | Path | None = None, config: str | Path = TRAIN_CONFIG,
@@ -97,7 +89,7 @@ def train_index(index: str | Path, out: str | Path | None = None, config: str | 
                 val_fraction: float = 0.1, seed: int = 0) -> dict[str, Any]:
     """Train the fast bi-encoder on the index's store and swap the index over to it (module docstring)."""
     from toolgraph.config import load_config
-    from toolgraph.data.formats import read_dataset, write_dataset
+    from toolgraph.data.formats import write_dataset
     from toolgraph.data.usage_log import log_dataset
     from toolgraph.training import TrainConfig, train
 
@@ -113,10 +105,9 @@ def train_index(index: str | Path, out: str | Path | None = None, config: str | 
         raise ConfigError(f"--config {config}: not found; index train reads its recipe from it (run from the "
                           "repository root, or give --config)")
     out = Path(out) if out is not None else index.parent / f"{index.name}.train"
-    data = write_dataset(log_dataset(r.tools, ok, r.agents, val_fraction, seed, name=f"{index.name}-log"),
-                         out / "log_dataset")
-    n_train = sum(q.split == "train" for q in read_dataset(data).queries)
-    cfg = load_config(TrainConfig, [config], [*schedule(n_train), f"data.name={data}", f"out_dir={out / 'run'}",
+    ds = log_dataset(r.tools, ok, r.agents, val_fraction, seed, name=f"{index.name}-log")
+    data = write_dataset(ds, out / "log_dataset")
+    cfg = load_config(TrainConfig, [config], [*schedule(len(ds.split("train"))), f"data.name={data}", f"out_dir={out / 'run'}",
                                               "test=false", "data.split=val", "data.test_split=val", *overrides])  # a log has no test
     start = time.perf_counter()
     summary = train(cfg)

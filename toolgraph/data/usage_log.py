@@ -54,10 +54,15 @@ def normalise(query: str) -> str:
 
 
 def parse_time(value: Any, where: str = "time") -> float:
-    """Unix seconds from a number or an ISO 8601 string (a time without a zone is UTC); a ValueError
+    """Unix seconds from a number (or a numeric string) or an ISO 8601 string (a time without a zone is UTC); a ValueError
     saying what is expected otherwise."""
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise ValueError(f"{where} must be ISO 8601 (2026-11-30T18:02:11Z) or Unix seconds, got {value!r}")
+    if isinstance(value, str):
+        try:
+            value = float(value)  # "1764525731" (a command line's --before) is Unix seconds too
+        except ValueError:
+            pass
     if isinstance(value, (int, float)):
         if not math.isfinite(value) or value < 0:
             raise ValueError(f"{where} must be Unix seconds >= 0, got {value!r}")

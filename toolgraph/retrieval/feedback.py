@@ -75,22 +75,32 @@ def minmax(scores: torch.Tensor) -> torch.Tensor:
     return (scores - low) / span.clamp_min(1e-12)
 
 
+def nearest(queries: torch.Tensor, log_vectors: torch.Tensor, log_weights: torch.Tensor, neighbors: int,
+            kernel: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``neighbors`` logged vectors nearest each query: their positions [Q, k] and counts [Q, k]
+    (``exp((cos - 1) / kernel)`` times their weight: 1 ok, ``failed_weight`` failed)."""
+    sims, idx = (queries @ log_vectors.T).topk(min(neighbors, len(log_vectors)), dim=1)
+    return idx, torch.exp((sims.clamp(max=1.0) - 1.0) / kernel) * log_weights[idx]
+
+
+def tally(idx: torch.Tensor, counts: torch.Tensor, log_items: torch.Tensor, n_items: int
+          ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``votes`` [Q, n_items] (each item's share of the neighbours' count) and ``evidence`` [Q] (the summed
+    count); ``log_items``: [E, G] item positions each logged request used, -1 padded."""
+    evidence = counts.sum(dim=1)
+    items = log_items[idx]  # [Q, k, G]
+    votes = torch.zeros(len(idx), n_items + 1)  # the last column takes the padding
+    votes.scatter_add_(1, items.where(items >= 0, n_items).flatten(1), counts.unsqueeze(2).expand_as(items).flatten(1))
+    return votes[:, :n_items] / evidence.clamp_min(1e-30).unsqueeze(1), evidence
+
+
 def neighbour_votes(queries: torch.Tensor, log_vectors: torch.Tensor, log_items: torch.Tensor,
                     log_weights: torch.Tensor, n_items: int, neighbors: int, kernel: float
                     ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``votes`` [Q, n_items] (each item's share of the neighbours' count) and ``evidence`` [Q] (the
-    summed count) of the ``neighbors`` logged vectors nearest each query. ``log_items``: [E, G] item
-    positions each logged request used, -1 padded; ``log_weights``: [E] (1 ok, failed_weight failed)."""
-    q = len(queries)
+    """:func:`tally` of the :func:`nearest` logged requests (zeros for an empty log)."""
     if len(log_vectors) == 0:
-        return torch.zeros(q, n_items), torch.zeros(q)
-    sims, nearest = (queries @ log_vectors.T).topk(min(neighbors, len(log_vectors)), dim=1)  # [Q, k]
-    counts = torch.exp((sims.clamp(max=1.0) - 1.0) / kernel) * log_weights[nearest]  # [Q, k]
-    evidence = counts.sum(dim=1)
-    items = log_items[nearest]  # [Q, k, G]
-    votes = torch.zeros(q, n_items + 1)  # the last column takes the padding
-    votes.scatter_add_(1, items.where(items >= 0, n_items).flatten(1), counts.unsqueeze(2).expand_as(items).flatten(1))
-    return votes[:, :n_items] / evidence.clamp_min(1e-30).unsqueeze(1), evidence
+        return torch.zeros(len(queries), n_items), torch.zeros(len(queries))
+    return tally(*nearest(queries, log_vectors, log_weights, neighbors, kernel), log_items, n_items)
 
 
 def fuse(base_scores: torch.Tensor, votes: torch.Tensor, evidence: torch.Tensor, prior: float,
@@ -175,51 +185,43 @@ class FeedbackRetriever(Retriever):
         logged tools no longer in the catalog stop voting (their entries stay in the store)."""
         self.tools = list(self.base.tools)
         pos = {t.id: i for i, t in enumerate(self.tools)}
-        self._tool_items = _padded([[pos[t] for t in e.tools if t in pos] for e in self.entries])
+        self._tool_items = item_matrix([[pos[t] for t in e.tools if t in pos] for e in self.entries])
         agents = {a.id: i for i, a in enumerate(self.agents)}
         owner = {t.id: t.agent for t in self.tools}
-        self._agent_items = _padded([list(dict.fromkeys(agents[owner[t]] for t in e.tools
+        self._agent_items = item_matrix([list(dict.fromkeys(agents[owner[t]] for t in e.tools
                                                         if owner.get(t) in agents)) for e in self.entries])
 
     # ---- the store --------------------------------------------------------------------------------
-    def set_entries(self, entries: list[Entry], vectors: torch.Tensor | None = None) -> int:
-        """Replace the store with ``entries`` (oldest first, at most ``max_queries``: the oldest beyond
-        it are dropped); ``vectors``: theirs if known (else the texts new to the store are encoded).
-        Returns how many texts were encoded."""
+    def set_entries(self, entries: list[Entry]) -> int:
+        """Replace the store with ``entries`` (oldest first, at most ``max_queries``: the oldest beyond it
+        are dropped), encoding only the texts new to the store; returns how many were encoded."""
         entries = entries[max(0, len(entries) - self.config.max_queries):]
-        if vectors is not None:
-            vectors = vectors[len(vectors) - len(entries):]
-        else:
-            old = {e.query: v for e, v in zip(self.entries, self.log_vectors)} if len(self.log_vectors) else {}
-            todo = list(dict.fromkeys(e.query for e in entries if e.query not in old))
-            if todo:
-                fresh = self.neighbour_encoder().encode_queries(todo)
-                old.update(zip(todo, fresh))
-            vectors = torch.stack([old[e.query] for e in entries]) if entries else torch.zeros(0, 0)
-            self.entries, self.log_vectors = entries, vectors
-            self.refresh()
-            return len(todo)
-        self.entries, self.log_vectors = entries, vectors
+        known = dict(zip((e.query for e in self.entries), self.log_vectors))
+        todo = list(dict.fromkeys(e.query for e in entries if e.query not in known))
+        if todo:
+            known.update(zip(todo, self.neighbour_encoder().encode_queries(todo)))
+        self.entries = entries
+        self.log_vectors = torch.stack([known[e.query] for e in entries]) if entries else torch.zeros(0, 0)
         self.refresh()
-        return 0
+        return len(todo)
 
     def _weights(self) -> torch.Tensor:
         return torch.tensor([1.0 if e.ok else self.config.failed_weight for e in self.entries])
 
     # ---- scoring ------------------------------------------------------------------------------------
-    def _votes(self, queries: list[str], items: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-        if not self.entries:
-            return torch.zeros(len(queries), n), torch.zeros(len(queries))
+    def _nearest(self, queries: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
         q = self.neighbour_encoder().encode_queries(queries)
-        return neighbour_votes(q, self.log_vectors, items, self._weights(), n, self.config.neighbors,
-                               self.config.kernel)
+        return nearest(q, self.log_vectors, self._weights(), self.config.neighbors, self.config.kernel)
+
+    def _fuse(self, scores: torch.Tensor, found: tuple[torch.Tensor, torch.Tensor], items: torch.Tensor) -> torch.Tensor:
+        votes, evidence = tally(*found, items, scores.shape[1])
+        return fuse(scores, votes, evidence, self.config.prior, self.config.weight)
 
     def score(self, queries: list[str]) -> torch.Tensor:
         base = self._base_tool_scores(queries)
         if not self.entries:
             return base  # a cold index: the base's own scores
-        votes, evidence = self._votes(queries, self._tool_items, len(self.tools))
-        return fuse(base, votes, evidence, self.config.prior, self.config.weight)
+        return self._fuse(base, self._nearest(queries), self._tool_items)
 
     def _base_tool_scores(self, queries: list[str]) -> torch.Tensor:
         from toolgraph.retrieval.agents import AgentRetriever
@@ -232,11 +234,11 @@ class FeedbackRetriever(Retriever):
     def retrieve_agents(self, queries, k, steps=None, batch_size: int = 256, merge=None, progress=False) -> Ranking:
         from toolgraph.retrieval.agents import AgentRetriever
 
-        if not isinstance(self.base, AgentRetriever) or steps is not None or not self.entries:
-            if steps is not None or isinstance(self.base, AgentRetriever):
-                return self.base.retrieve_agents(queries, k, steps, batch_size, merge, progress)
+        if not isinstance(self.base, AgentRetriever):  # the fused tool ranking rolled up to owners
             return super().retrieve_agents(queries, k, steps, batch_size, merge, progress)
-        return self.retrieve_agents_and_tools(queries, k)[0]
+        if steps is None and self.entries:
+            return self.retrieve_agents_and_tools(queries, k)[0]
+        return self.base.retrieve_agents(queries, k, steps, batch_size, merge, progress)  # step-wise: the router's
 
     def retrieve_agents_and_tools(self, queries, k) -> tuple[Ranking, Ranking]:
         from toolgraph.retrieval.agents import AgentRetriever
@@ -247,15 +249,10 @@ class FeedbackRetriever(Retriever):
         queries = list(queries)
         raw = base.raw_scores(queries)
         agent_scores, tool_scores = base.agent_scores_from(raw), base.tool_scores_from(raw)
-        if self.entries:
-            q = self.neighbour_encoder().encode_queries(queries)
-            w, c = self._weights(), self.config
-            votes, evidence = neighbour_votes(q, self.log_vectors, self._tool_items, w, len(self.tools),
-                                              c.neighbors, c.kernel)
-            tool_scores = fuse(tool_scores, votes, evidence, c.prior, c.weight)
-            votes, evidence = neighbour_votes(q, self.log_vectors, self._agent_items, w, len(base.agents),
-                                              c.neighbors, c.kernel)
-            agent_scores = fuse(agent_scores, votes, evidence, c.prior, c.weight)
+        if self.entries:  # one neighbour search: agents are voted by their tools' logged requests
+            found = self._nearest(queries)
+            tool_scores = self._fuse(tool_scores, found, self._tool_items)
+            agent_scores = self._fuse(agent_scores, found, self._agent_items)
         agent_values, agent_idx = topk(agent_scores, k)
         tool_values, tool_idx = topk(tool_scores, len(self.tools), self.tools)
         return (Ranking([[base.agents[i].id for i in row] for row in agent_idx.tolist()], agent_values),
@@ -287,14 +284,14 @@ class FeedbackRetriever(Retriever):
             raise DataError("the feedback index's tools differ from its base index's; the folder mixes two saves: "
                             "sync the index again", folder / "tools.jsonl")
         path = folder / LOG
-        entries = [parse_entry(obj, path, lineno, None, 0.0) for lineno, obj in iter_jsonl(path)] \
-            if path.stat().st_size else []
+        entries = [parse_entry(obj, path, lineno, None, 0.0) for lineno, obj in iter_jsonl(path)]
         vectors = read_matrix(folder / VECTORS, "log_vectors", len(entries), f"logged queries ({LOG})")
         self.entries, self.log_vectors = entries, vectors
         self.refresh()
 
 
-def _padded(rows: list[list[int]]) -> torch.Tensor:
+def item_matrix(rows: list[list[int]]) -> torch.Tensor:
+    """Each logged request's item positions as one [E, G] tensor, -1 padded."""
     width = max((len(r) for r in rows), default=0)
     return torch.tensor([r + [-1] * (width - len(r)) for r in rows], dtype=torch.long).reshape(len(rows), width)
 
@@ -304,4 +301,5 @@ def wrap(base: Retriever, **config: Any) -> FeedbackRetriever:
     return FeedbackRetriever(FeedbackConfig(**config), base=base)
 
 
-__all__ = ["FeedbackConfig", "FeedbackRetriever", "fuse", "minmax", "neighbour_votes", "wrap"]
+__all__ = ["FeedbackConfig", "FeedbackRetriever", "fuse", "item_matrix", "minmax", "nearest", "neighbour_votes",
+           "tally", "wrap"]

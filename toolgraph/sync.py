@@ -71,7 +71,7 @@ from toolgraph.errors import ConfigError, DataError, ToolgraphError, no_space_is
 from toolgraph.files import FolderPutBack, clean_new_copies, clean_old_copies, is_temp_name, swap_folder
 from toolgraph.retrieval.agents import content_hash
 from toolgraph.retrieval.base import Retriever
-from toolgraph.retrieval.dense import embedding_cache_off
+from toolgraph.retrieval.dense import embedding_cache_off, streaming_to
 from toolgraph.retrieval.feedback import FeedbackRetriever
 from toolgraph.retrieval.loading import load, recover, resolve_retriever
 from toolgraph.retrieval.manifest import MANIFEST
@@ -334,10 +334,18 @@ def sync_index(catalog: str | Path, index: str | Path, retriever: Any = None,
             r = resolve_retriever(spec, "retriever")
         else:
             r = load(index)
-        with embedding_cache_off():  # the index keeps its vectors: no cache_dir (./.cache/embeddings) is written
+        chunks = encode_folder(index)  # a dense index encodes its new tools here in chunks: a killed sync resumes
+        with embedding_cache_off(), streaming_to(chunks):  # no cache_dir (./.cache/embeddings) is written
             counts = _sync_retriever(r, tools, agents, created)
         _swap_in(r, index)
+        shutil.rmtree(chunks, ignore_errors=True)
     return {**counts, "skipped": dict(skipped), "created": created, "index": shown}
+
+
+def encode_folder(index: Path) -> Path:
+    """``.NAME.encode`` beside the index: the chunks (retrieval/chunks.py) of a sync's new tool vectors,
+    kept when a sync dies so that the next one reads what was encoded, deleted once the index is swapped."""
+    return index.parent / f".{index.name}.encode"
 
 
 # retrievers whose weights come from training (a task's export): given by name in a config they would be
@@ -391,4 +399,5 @@ def _sync_retriever(r: Retriever, tools: list[Tool], agents: list[Agent], create
     return {"added": sum(k not in old for k in new), "removed": sum(k not in new for k in old),
             "updated": sum(k in old and old[k] != h for k, h in new.items()),
             "unchanged": sum(old.get(k) == h for k, h in new.items()), "reindexed": len(r.tools),
+            **({"encoded": r.encoded} if isinstance(getattr(r, "encoded", None), int) else {}),
             "tools": len(r.tools), "agents": len({t.agent for t in r.tools if t.agent is not None})}

@@ -25,11 +25,27 @@ from toolgraph.nn.encoder import _MINILM as _NAMED
 from toolgraph.nn.encoder import GENERAL, TextEncoder, check_encoder_folder, load_backbone, model_prompts, resolve_model
 from toolgraph.nn.storage import read_matrix
 from toolgraph.registry import RETRIEVERS
+from toolgraph.retrieval.ann import AnnConfig, AnnIndex
 from toolgraph.retrieval.base import Retriever, RetrieverConfig
 from toolgraph.retrieval.cache import EmbeddingCache
+from toolgraph.retrieval.chunks import encode_in_chunks
 from toolgraph.retrieval.encode import encode_texts
 
 _UNCACHED = threading.local()
+_STREAM = threading.local()
+
+
+@contextmanager
+def streaming_to(folder: str | Path):
+    """In this block, in this thread, ``DenseRetriever`` encodes the tool documents it has no vector
+    for in resumable chunks under ``folder`` (retrieval/chunks.py) instead of the embedding cache:
+    ``index sync`` puts them beside the index, so a sync killed mid-way resumes where it stopped."""
+    before = getattr(_STREAM, "folder", None)
+    _STREAM.folder = Path(folder)
+    try:
+        yield
+    finally:
+        _STREAM.folder = before
 
 
 @contextmanager
@@ -69,7 +85,10 @@ class DenseConfig(RetrieverConfig):
     name: str = "dense"
     encoder: TextEncoderSpec = field(default_factory=TextEncoderSpec)  # model, pooling, lengths, prefixes, cache
     batch_size: int = bounded(64, ge=1)
-    index: Literal["exact", "faiss", "faiss-hnsw"] = "exact"  # faiss: IndexFlatIP; faiss-hnsw: approximate
+    # exact: torch matmul + top-k; faiss: IndexFlatIP; faiss-hnsw / faiss-ivf: approximate (retrieval/ann.py);
+    # auto: exact up to ann.auto_above tools, then ann.auto_kind
+    index: Literal["exact", "faiss", "faiss-hnsw", "faiss-ivf", "auto"] = "exact"
+    ann: AnnConfig = field(default_factory=AnnConfig)
     device: Literal["auto", "cpu", "cuda"] = "auto"
     progress: bool = True
 
@@ -90,7 +109,12 @@ class DenseRetriever(Retriever):
         self._cached_model: str | None = None  # a saved folder's Hugging Face name: its local cache folder
         self._model_source: Path | None = None  # while saving: a model folder from outside to copy in
         self.tool_vectors = torch.zeros(0, 0)
-        self._faiss = None
+        self._indexed: list = []  # the tools the rows of tool_vectors were encoded from (reused by _build)
+        self._indexed_by: str | None = None  # the fingerprint of the encoder that encoded them
+        self.encoded = 0  # documents the last index / add_tools / remove_tools encoded (the rest kept their vectors)
+        self._raw = torch.zeros(0, 0)  # their vectors as the encoder gave them (tool_vectors, unless a subclass
+        # changes them after encoding)
+        self._ann: AnnIndex | None = None
 
     # ---- encoding ---------------------------------------------------------------------------
     @property
@@ -154,24 +178,72 @@ class DenseRetriever(Retriever):
         return out
 
     # ---- index ------------------------------------------------------------------------------
+    def index_kind(self, n: int | None = None) -> str:
+        """``config.index`` with ``auto`` resolved for ``n`` tools (default: the indexed ones)."""
+        n = len(self.tools) if n is None else n
+        if self.config.index != "auto":
+            return self.config.index
+        return self.config.ann.auto_kind if n > self.config.ann.auto_above else "exact"
+
     def _build(self) -> None:
-        docs = [self.prefix("document") + d for d in self.documents()]
-        self.tool_vectors = self.embed(docs, "encoding tools")  # [N, H]
-        self._build_faiss()
+        """Vectors for ``self.tools``: a tool indexed before with every field the same keeps its vector
+        when the encoder's weights are the ones that encoded it (their fingerprint), so ``add_tools``,
+        ``remove_tools`` and a re-index encode only new or changed tools; the rest are encoded. Then
+        the FAISS index, if any, is updated in place (retrieval/ann.py)."""
+        now = self.encoder.fingerprint()
+        if self._indexed_by == "saved":  # vectors loaded from a folder are its encoder's, the one held now
+            self._indexed_by = now
+        same = self._indexed_by == now and len(self._indexed) == len(self._raw)
+        before = {t.id: i for i, t in enumerate(self._indexed)} if same else {}
+        keep = [before.get(t.id) for t in self.tools]
+        keep = [i if i is not None and self._indexed[i] == t else None for i, t in zip(keep, self.tools, strict=True)]
+        todo = [t for t, i in zip(self.tools, keep, strict=True) if i is None]
+        docs = [self.prefix("document") + d for d in self.documents(todo)]
+        distinct = list(dict.fromkeys(docs))
+        fresh = self._embed_documents(distinct) if distinct else torch.zeros(0, self._raw.shape[-1])
+        at = {d: i for i, d in enumerate(distinct)}
+        new = iter(docs)
+        width = fresh.shape[-1] if distinct else self._raw.shape[-1]
+        vectors = torch.empty(len(self.tools), width)
+        old = self._raw
+        kept = [(j, i) for j, i in enumerate(keep) if i is not None]
+        if kept:
+            rows, src = zip(*kept, strict=True)
+            vectors[list(rows)] = old[list(src)]
+        made = [j for j, i in enumerate(keep) if i is None]
+        if made:
+            vectors[made] = fresh[[at[next(new)] for _ in made]]
+        changed = {t.id for t in todo if t.id in before}
+        self.tool_vectors = self._raw = vectors
+        self._indexed, self._indexed_by, self.encoded = list(self.tools), now, len(distinct)
+        self._build_ann(changed)
 
     def _build_faiss(self) -> None:
-        self._faiss = None
-        if self.config.index == "exact":
-            return
-        import faiss
+        """The FAISS index built again over ``tool_vectors``: for subclasses that change every vector after
+        encoding (TGR's smoothing, Tool2Vec's usage mix)."""
+        self._ann = None
+        self._build_ann(set())
 
-        dim = self.tool_vectors.shape[1]
-        if self.config.index == "faiss":
-            index = faiss.IndexFlatIP(dim)
+    def _embed_documents(self, docs: list[str]) -> torch.Tensor:
+        folder = getattr(_STREAM, "folder", None)
+        if folder is None:
+            return self.embed(docs, "encoding tools")
+        length = self.config.encoder.max_length
+        return encode_in_chunks(docs, lambda part: encode_texts(self.encoder, self._tokenizer, part,
+                                                                 self.config.batch_size, length, self.device),
+                                folder, f"{self.encoder.fingerprint()}:{length}", rank=0, world=1,
+                                progress="encoding tools" if self.config.progress else False)
+
+    def _build_ann(self, changed: set[str]) -> None:
+        kind = self.index_kind()
+        if kind == "exact":
+            self._ann = None
+            return
+        if self._ann is None or self._ann.kind != kind:
+            self._ann = AnnIndex(kind, self.config.ann)
+            self._ann.build(self.tool_vectors, [t.id for t in self.tools])
         else:
-            index = faiss.IndexHNSWFlat(dim, 32, faiss.METRIC_INNER_PRODUCT)
-        index.add(self.tool_vectors.numpy())
-        self._faiss = index
+            self._ann.update(self.tool_vectors, [t.id for t in self.tools], changed)
 
     def encode_queries(self, queries: list[str]) -> torch.Tensor:
         texts = [self.prefix("query") + q for q in queries]
@@ -181,14 +253,15 @@ class DenseRetriever(Retriever):
         return self.encode_queries(queries) @ self.tool_vectors.T  # [Q, N]
 
     def _search(self, queries: list[str], k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        if self._faiss is None:
+        if self._ann is None:
             return super()._search(queries, k)
-        values, indices = self._faiss.search(self.encode_queries(queries).numpy(), min(k, len(self.tools)))
-        return torch.from_numpy(values), torch.from_numpy(indices).long()
+        return self._ann.search(self.encode_queries(queries), k)
 
     # ---- persistence ------------------------------------------------------------------------
     def _save_state(self, folder: Path) -> None:
         save_file({"tool_vectors": self.tool_vectors.contiguous()}, str(folder / "tool_vectors.safetensors"))
+        if self._ann is not None:
+            self._ann.save(folder)
         self._save_encoder(folder)
 
     def save(self, folder: str | Path) -> Path:
@@ -262,7 +335,13 @@ class DenseRetriever(Retriever):
         if path.is_file():
             self.tool_vectors = read_matrix(path, "tool_vectors", len(self.tools), "tools",
                                             width=self._encoder_width(), width_of="the encoder's")
-            self._build_faiss()
+            if type(self)._build is DenseRetriever._build:  # saved vectors are the encoder's own: reusable
+                self._raw, self._indexed, self._indexed_by = self.tool_vectors, list(self.tools), "saved"
+            kind = self.index_kind()
+            self._ann = None if kind == "exact" else AnnIndex.load(folder, kind, self.config.ann,
+                                                                   [t.id for t in self.tools])
+            if kind != "exact" and self._ann is None:  # none saved, or built otherwise: build it now
+                self._build_ann(set())
         else:
             self._build()
 

@@ -26,7 +26,7 @@ from toolgraph.nn.encoder import GENERAL, TextEncoder, check_encoder_folder, loa
 from toolgraph.nn.storage import read_matrix
 from toolgraph.registry import RETRIEVERS
 from toolgraph.retrieval.ann import AnnConfig, AnnIndex
-from toolgraph.retrieval.base import Retriever, RetrieverConfig
+from toolgraph.retrieval.base import Retriever, RetrieverConfig, natural_key
 from toolgraph.retrieval.cache import EmbeddingCache
 from toolgraph.retrieval.chunks import encode_in_chunks
 from toolgraph.retrieval.encode import encode_texts
@@ -184,6 +184,21 @@ class DenseRetriever(Retriever):
         if self.config.index != "auto":
             return self.config.index
         return self.config.ann.auto_kind if n > self.config.ann.auto_above else "exact"
+
+    def index_vectors(self, tools: list, vectors: torch.Tensor) -> None:
+        """Index ``tools`` with vectors this retriever's encoder has already made for their documents
+        (``vectors[i]`` is ``tools[i]``'s, e.g. from a chunked build: retrieval/chunks.py); nothing is
+        encoded, and later ``add_tools`` / ``remove_tools`` keep these vectors like their own."""
+        if len(vectors) != len(tools):
+            raise DataError(f"index_vectors: {len(tools)} tools but {len(vectors)} vectors")
+        order = sorted(range(len(tools)), key=lambda i: natural_key(tools[i].id))
+        self.tools = [tools[i] for i in order]
+        if len({t.id for t in self.tools}) != len(self.tools):
+            raise DataError("index_vectors: duplicate tool ids")
+        self.tool_vectors = self._raw = vectors[order].float().contiguous()
+        self._indexed, self._indexed_by, self.encoded = list(self.tools), "saved", 0
+        self._ann = None
+        self._build_ann(set())
 
     def _build(self) -> None:
         """Vectors for ``self.tools``: a tool indexed before with every field the same keeps its vector

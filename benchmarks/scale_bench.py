@@ -1,0 +1,410 @@
+"""Registry scale: one dense index over 1k -> 1M tools (toolgraph/data/scale.py), measured.
+
+    python benchmarks/scale_bench.py encode --size 100000      # MiniLM vectors, resumable chunks
+    python benchmarks/scale_bench.py ladder --sizes 1000 10000 100000
+    python benchmarks/scale_bench.py serve --size 100000       # toolgraph serve + index sync while serving
+    python benchmarks/scale_bench.py render                    # table + plot in docs/agents-and-serving.md
+
+``encode`` writes the vectors of the first N tools of the scale catalog (ToolLens' 464 tools first,
+then real distractors, then recombinations) in 8,192-text chunks under ``runs/scale/<encoder>/``
+(retrieval/chunks.py: a kill resumes; each chunk records its encoding seconds). Every size is a prefix
+of the catalog, so one encode serves every rung at or below it.
+
+``ladder``, for each size: build seconds (encoding, from the chunks' seconds, plus the FAISS build),
+bytes per tool of the saved index, single-query search latency p50/p95 over pre-encoded ToolLens test
+queries (exact: the retriever's torch matmul + top-k; faiss-hnsw; faiss-ivf), the needle test's
+recall@5 on ToolLens' real labels for each, and each ANN's recall@10 against exact; then the fitted
+growth exponents (log-log slope) over the sizes. Query encoding (MiniLM, one query) is timed apart:
+it is the same at every size.
+
+``serve``: the index saved (``index: auto``, so faiss-hnsw above 50k tools), ``toolgraph serve`` over HTTP:
+start-up seconds and RSS, p50/p95/p99 at 1/8/32 clients; then ``index sync`` of the catalog plus
+1,000 new tools while 8 clients keep searching: sync seconds, failed requests, latency during the swap.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import resource
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import torch  # noqa: E402
+from results_io import DOCS, RESULTS, ROOT, machine, upsert, write_block  # noqa: E402
+
+from toolgraph.data.formats import write_dataset  # noqa: E402
+from toolgraph.data.scale import scale_catalog  # noqa: E402
+from toolgraph.data.schema import ToolDataset  # noqa: E402
+from toolgraph.metrics import compute  # noqa: E402
+from toolgraph.retrieval.ann import AnnConfig  # noqa: E402
+from toolgraph.retrieval.chunks import chunk_seconds, encode_in_chunks  # noqa: E402
+from toolgraph.retrieval.dense import DenseConfig, DenseRetriever  # noqa: E402
+from toolgraph.retrieval.encode import encode_texts  # noqa: E402
+from toolgraph.retrieval.topk import topk  # noqa: E402
+
+WORK = ROOT / "runs" / "scale"
+PAGE = DOCS / "agents-and-serving.md"
+KEY = ("method", "dataset", "split", "setting", "encoder")
+KINDS = ("exact", "faiss-hnsw", "faiss-ivf")
+ENCODER = "all-MiniLM-L6-v2"
+
+
+def rss_mb() -> float:
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
+def retriever(kind: str) -> DenseRetriever:
+    return DenseRetriever(DenseConfig(encoder={"name": ENCODER, "cache_dir": None}, index=kind, progress=False))
+
+
+def catalog_vectors(size: int, folder: Path) -> tuple[list, ToolDataset, torch.Tensor, float]:
+    """(the first ``size`` tools, the needle dataset, their vectors, encoding seconds) through the chunks
+    in ``folder`` (encoded where missing)."""
+    tools, needle = scale_catalog(size)
+    r = retriever("exact")
+    docs = [r.prefix("document") + t.document() for t in tools]
+    length = r.config.encoder.max_length
+    enc, tok = r.encoder, r._tokenizer
+    vectors = encode_in_chunks(docs, lambda part: encode_texts(enc, tok, part, 64, length), folder,
+                               f"{enc.fingerprint()}:{length}", progress="encoding the scale catalog")
+    return tools, needle, vectors, chunk_seconds(folder)
+
+
+def encoded_size(folder: Path) -> int:
+    """How many catalog rows the chunks in ``folder`` hold (whole chunks from the start)."""
+    from safetensors import safe_open
+
+    rows = 0
+    for path in sorted(folder.glob("chunk-*.safetensors")):
+        with safe_open(str(path), framework="pt") as f:
+            rows += f.get_slice("vectors").get_shape()[0]
+    return rows
+
+
+def folder_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def _search_exact(r: DenseRetriever, q: torch.Tensor, k: int) -> list[int]:
+    return topk(q @ r.tool_vectors.T, k, r.tools)[1][0].tolist()
+
+
+def _search_ann(r: DenseRetriever, q: torch.Tensor, k: int) -> list[int]:
+    return r._ann.search(q, k)[1][0].tolist()
+
+
+def measure(size: int, tools: list, needle: ToolDataset, vectors: torch.Tensor, encode_s_per_text: float,
+            qvecs: torch.Tensor, test: list, command: str, repeats: int) -> list[dict]:
+    rows, tops = [], {}
+    for kind in KINDS:
+        r = retriever(kind)
+        t0 = time.perf_counter()
+        r.index_vectors(tools[:size], vectors[:size])
+        index_s = time.perf_counter() - t0
+        search = _search_exact if kind == "exact" else _search_ann
+        for q in qvecs[:5]:  # warm-up
+            search(r, q[None], 10)
+        lat, found = [], []
+        for _ in range(repeats):
+            for q in qvecs[:200]:
+                t0 = time.perf_counter()
+                search(r, q[None], 10)
+                lat.append(time.perf_counter() - t0)
+        found = [[r.tools[i].id for i in search(r, q[None], 10)] for q in qvecs]
+        tops[kind] = found
+        with tempfile.TemporaryDirectory(dir=WORK) as tmp:
+            r.save(tmp)
+            per_tool = folder_bytes(Path(tmp)) / size
+        lat.sort()
+        m = {"tools": size, "build_s": round(encode_s_per_text * size + index_s, 1),
+             "encode_s": round(encode_s_per_text * size, 1), "index_s": round(index_s, 2),
+             "bytes_per_tool": round(per_tool), "p50_ms": round(1000 * statistics.median(lat), 3),
+             "p95_ms": round(1000 * lat[int(0.95 * len(lat))], 3), "searches": len(lat),
+             **{f"needle_{k}": round(v, 4) for k, v in compute(found, [q.tools for q in test], [5, 10],
+                                                               ["recall"]).items()},
+             "rss_mb": rss_mb()}
+        if kind != "exact":
+            m["recall@10_vs_exact"] = round(sum(len(set(a) & set(b)) for a, b in zip(found, tops["exact"], strict=True))
+                                            / (10 * len(found)), 4)
+            m["ann"] = {k: v for k, v in r._ann.describe().items() if k in ("hnsw_m", "ef_construction", "ef_search",
+                                                                              "ivf_lists", "nprobe")}
+            if kind == "faiss-ivf":
+                m["ann"]["ivf_lists"] = r._ann.index.nlist
+        print(kind, size, m, flush=True)
+        rows.append({"method": f"scale/{kind}", "dataset": f"scale-{size}", "split": "test",
+                     "setting": f"needle toollens, {size} tools", "encoder": ENCODER, "metrics": m,
+                     "command": command, "device": machine(), "seconds": round(index_s, 1)})
+        del r
+    return rows
+
+
+def slope(xs: list[float], ys: list[float]) -> float:
+    lx, ly = [math.log(x) for x in xs], [math.log(max(y, 1e-9)) for y in ys]
+    mx, my = statistics.mean(lx), statistics.mean(ly)
+    return sum((a - mx) * (b - my) for a, b in zip(lx, ly, strict=True)) / sum((a - mx) ** 2 for a in lx)
+
+
+def ladder(args, command: str) -> list[dict]:
+    folder = WORK / "minilm"
+    have = encoded_size(folder)
+    top = max(args.sizes)
+    if have < top:
+        raise SystemExit(f"{folder} holds {have} rows; run `encode --size {top}` first")
+    tools, needle, vectors, _ = catalog_vectors(have, folder)
+    rate = chunk_seconds(folder) / have  # encoding seconds per text on this machine (2 cores, contended)
+    test = [q for q in needle.queries if q.split == "test"]
+    r = retriever("exact")
+    prefix = r.prefix("query")
+    qtexts = [prefix + q.text for q in test]
+    enc, tok = r.encoder, r._tokenizer
+    single = []
+    for t in qtexts[:100]:
+        t0 = time.perf_counter()
+        encode_texts(enc, tok, [t], 1, r.config.encoder.max_query_length or r.config.encoder.max_length)
+        single.append(time.perf_counter() - t0)
+    qvecs = encode_texts(enc, tok, qtexts, 64, r.config.encoder.max_query_length or r.config.encoder.max_length)
+    rows = []
+    for size in sorted(args.sizes):
+        rows += measure(size, tools, needle, vectors, rate, qvecs, test, command, args.repeats)
+    sizes = sorted(args.sizes)
+    growth = {}
+    for kind in KINDS:
+        mine = sorted((r for r in rows if r["method"] == f"scale/{kind}"), key=lambda r: r["metrics"]["tools"])
+        growth[kind] = {"build_s": round(slope(sizes, [r["metrics"]["build_s"] for r in mine]), 3),
+                        "p95_ms": round(slope(sizes, [r["metrics"]["p95_ms"] for r in mine]), 3)}
+    rows.append({"method": "scale/growth", "dataset": f"scale-{sizes[0]}-{sizes[-1]}", "split": "test",
+                 "setting": "log-log slope over " + ", ".join(map(str, sizes)), "encoder": ENCODER,
+                 "metrics": {"exponent": growth, "query_encode_p50_ms": round(1000 * statistics.median(single), 2),
+                             "encode_texts_per_s": round(1 / rate, 1)},
+                 "command": command, "device": machine(), "seconds": None})
+    upsert("scale", rows, KEY)
+    return rows
+
+
+# ---- serving ------------------------------------------------------------------------------------
+def _rss_of(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return 0.0
+
+
+def serve(args, command: str) -> list[dict]:
+    import anyio
+    from serve_bench import _free_port, _load
+
+    from toolgraph.sync import sync_index
+
+    folder = WORK / "minilm"
+    tools, needle, vectors, _ = catalog_vectors(args.size, folder)
+    work = WORK / f"serve-{args.size}"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    r = DenseRetriever(DenseConfig(encoder={"name": ENCODER, "cache_dir": None}, index="auto", progress=False))
+    t0 = time.perf_counter()
+    r.index_vectors(tools, vectors)
+    index = work / "index"
+    r.save(index)
+    print("index", r.index_kind(), f"{time.perf_counter() - t0:.1f}s", flush=True)
+    kind = r.index_kind()
+    del r
+    texts = [q.text for q in needle.queries if q.split == "test"]
+    port = _free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TQDM_DISABLE": "1"}
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "toolgraph.cli", "serve", "--retriever", str(index),
+                             "--transport", "http", "--port", str(port)], env=env, stdout=subprocess.DEVNULL,
+                            stderr=open(work / "server.log", "w"))
+    rows = []
+    try:
+        while True:
+            try:
+                health = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5).read())
+                if health.get("ready", True) and health.get("status", "ok") != "loading":
+                    break
+            except OSError:
+                pass
+            if proc.poll() is not None:
+                raise SystemExit(f"the server died; see {work / 'server.log'}")
+            time.sleep(0.5)
+        url = f"http://127.0.0.1:{port}/mcp"
+        anyio.run(_load, url, texts[:10], 1, 120.0)  # warm-up: the first search loads the model
+        startup_s = time.perf_counter() - t0
+        base = {"tools": args.size, "index": kind, "startup_s": round(startup_s, 1), "rss_mb": _rss_of(proc.pid)}
+        print("up", base, flush=True)
+        for clients in args.clients:
+            lat, errors, wall = anyio.run(_load, url, texts, clients, args.seconds)
+            lat.sort()
+            m = {**base, "clients": clients, "requests": len(lat) + len(errors), "errors": len(errors),
+                 "p50_ms": round(1000 * statistics.median(lat), 1), "p95_ms": round(1000 * lat[int(0.95 * len(lat))], 1),
+                 "p99_ms": round(1000 * lat[int(0.99 * len(lat))], 1), "requests_per_s": round(len(lat) / wall, 1),
+                 "rss_mb": _rss_of(proc.pid)}
+            print(m, errors[:3], flush=True)
+            rows.append({"method": "scale/serve", "dataset": f"scale-{args.size}", "split": "-",
+                         "setting": f"{clients}-client" + ("s" if clients > 1 else ""), "encoder": ENCODER,
+                         "metrics": m, "command": command, "device": machine(), "seconds": round(wall, 1),
+                         "errors_sample": errors[:3]})
+        # index sync of the catalog plus 1,000 new tools while 8 clients search
+        extra, _ = scale_catalog(args.size + args.add)
+        catalog = write_dataset(ToolDataset("scale", extra, []), work / "catalog")
+        result: dict = {}
+
+        def do_sync() -> None:
+            t = time.perf_counter()
+            result["counts"] = sync_index(catalog, index)
+            result["sync_s"] = time.perf_counter() - t
+            result["done"] = time.monotonic()
+
+        async def during() -> tuple:
+            lat: list[float] = []
+            errors: list[str] = []
+
+            async def clients() -> None:
+                from serve_bench import _client
+
+                deadline = time.monotonic() + args.seconds + 600
+                async with anyio.create_task_group() as inner:
+                    for c in range(8):
+                        inner.start_soon(_client, url, (texts * 50)[c::8], deadline, lat, errors)
+                    while "done" not in result or time.monotonic() < result["done"] + 20:
+                        await anyio.sleep(0.5)
+                    inner.cancel_scope.cancel()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(clients)
+                await anyio.to_thread.run_sync(do_sync)
+            return lat, errors
+
+        lat, errors = anyio.run(during)
+        picked = 0
+        for _ in range(240):  # the server swaps the new index in when it sees it
+            h = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=10).read())
+            if h.get("tools") == args.size + args.add:
+                picked = 1
+                break
+            time.sleep(0.5)
+        lat.sort()
+        m = {"tools": args.size, "added": args.add, "sync_s": round(result["sync_s"], 1),
+             "encoded": result["counts"].get("encoded"), "requests": len(lat) + len(errors), "errors": len(errors),
+             "p50_ms": round(1000 * statistics.median(lat), 1), "p95_ms": round(1000 * lat[int(0.95 * len(lat))], 1),
+             "p99_ms": round(1000 * lat[int(0.99 * len(lat))], 1), "max_ms": round(1000 * lat[-1], 1),
+             "server_sees_new_index": bool(picked), "rss_mb": _rss_of(proc.pid)}
+        print("sync while serving", m, errors[:3], flush=True)
+        rows.append({"method": "scale/sync-while-serving", "dataset": f"scale-{args.size}", "split": "-",
+                     "setting": f"+{args.add} tools, 8 clients", "encoder": ENCODER, "metrics": m,
+                     "command": command, "device": machine(), "seconds": round(result["sync_s"], 1),
+                     "errors_sample": errors[:3]})
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    upsert("scale", rows, KEY)
+    return rows
+
+
+# ---- the page -----------------------------------------------------------------------------------
+def render(page: Path = PAGE, plot: bool = False) -> None:
+    rows = json.loads((RESULTS / "scale.json").read_text())["rows"]
+    lines = ["| tools | index | build s | bytes / tool | search p50 / p95 ms | needle R@5 | R@10 vs exact |",
+             "|---|---|---|---|---|---|---|"]
+    ladder_rows = sorted((r for r in rows if r["method"].removeprefix("scale/") in KINDS),
+                         key=lambda r: (r["metrics"]["tools"], KINDS.index(r["method"].removeprefix("scale/"))))
+    for r in ladder_rows:
+        m = r["metrics"]
+        lines.append(f"| {m['tools']:,} | {r['method'].removeprefix('scale/')} | {m['build_s']} | {m['bytes_per_tool']:,} "
+                     f"| {m['p50_ms']} / {m['p95_ms']} | {m['needle_recall@5']:.3f} "
+                     f"| {m.get('recall@10_vs_exact', 1.0):.3f} |")
+    for r in rows:
+        if r["method"] == "scale/growth":
+            g = r["metrics"]["exponent"]
+            lines.append("")
+            lines.append("Growth exponents (log-log slope, " + r["setting"].split("over ")[1] + " tools): " + "; ".join(
+                f"{k} build {v['build_s']}, p95 {v['p95_ms']}" for k, v in g.items())
+                + f". One MiniLM query encoding: {r['metrics']['query_encode_p50_ms']} ms (p50).")
+    serve_rows = [r for r in rows if r["method"] in ("scale/serve", "scale/sync-while-serving")]
+    if serve_rows:
+        lines += ["", "| served | setting | p50 / p95 / p99 ms | requests | errors | RSS MB | note |",
+                  "|---|---|---|---|---|---|---|"]
+        for r in sorted(serve_rows, key=lambda r: (r["metrics"]["tools"], r["method"], r["metrics"].get("clients", 99))):
+            m = r["metrics"]
+            note = (f"start-up {m['startup_s']} s, {m['index']}" if r["method"] == "scale/serve" else
+                    f"sync {m['sync_s']} s ({m['encoded']} encoded), max {m['max_ms']} ms, "
+                    f"new index served: {m['server_sees_new_index']}")
+            lines.append(f"| {m['tools']:,} | {r['setting']} | {m['p50_ms']} / {m['p95_ms']} / {m['p99_ms']} "
+                         f"| {m['requests']} | {m['errors']} | {m['rss_mb']:,} | {note} |")
+    write_block(page, "scale", "\n".join(lines))
+    if plot:
+        _plot(ladder_rows)
+
+
+def _plot(rows: list[dict]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.8))
+    for kind in KINDS:
+        mine = [r["metrics"] for r in rows if r["method"] == f"scale/{kind}"]
+        xs = [m["tools"] for m in mine]
+        a.plot(xs, [m["p95_ms"] for m in mine], marker="o", label=kind)
+        b.plot(xs, [m["needle_recall@5"] for m in mine], marker="o", label=f"{kind} needle R@5")
+        if kind != "exact":
+            b.plot(xs, [m["recall@10_vs_exact"] for m in mine], marker="x", linestyle="--", label=f"{kind} R@10 vs exact")
+    for ax in (a, b):
+        ax.set_xscale("log")
+        ax.set_xlabel("tools in the index")
+        ax.grid(alpha=0.3)
+    a.set_yscale("log")
+    a.set_ylabel("search p95 (ms, one query)")
+    b.set_ylabel("recall")
+    a.legend(fontsize=8)
+    b.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(DOCS / "img" / "scale.png", dpi=110)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    e = sub.add_parser("encode", help="vectors of the first --size catalog tools, in resumable chunks")
+    e.add_argument("--size", type=int, default=100_000)
+    lad = sub.add_parser("ladder", help="build, bytes, latency and recall per size and index")
+    lad.add_argument("--sizes", type=int, nargs="+", default=[1000, 10_000, 100_000])
+    lad.add_argument("--repeats", type=int, default=3)
+    s = sub.add_parser("serve", help="toolgraph serve over the index, then index sync of --add tools while serving")
+    s.add_argument("--size", type=int, default=100_000)
+    s.add_argument("--add", type=int, default=1000)
+    s.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32])
+    s.add_argument("--seconds", type=float, default=60.0)
+    sub.add_parser("render", help="the scale block and plot of docs/agents-and-serving.md")
+    args = p.parse_args(argv)
+    command = "python benchmarks/scale_bench.py " + shlex.join(sys.argv[1:] if argv is None else argv)
+    WORK.mkdir(parents=True, exist_ok=True)
+    if args.cmd == "encode":
+        t0 = time.perf_counter()
+        catalog_vectors(args.size, WORK / "minilm")
+        print(f"encoded {args.size} in {time.perf_counter() - t0:.0f}s; chunks: {chunk_seconds(WORK / 'minilm'):.0f}s")
+    elif args.cmd == "ladder":
+        ladder(args, command)
+    elif args.cmd == "serve":
+        serve(args, command)
+    else:
+        render(plot=True)
+
+
+if __name__ == "__main__":
+    main()

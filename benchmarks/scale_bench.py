@@ -50,7 +50,6 @@ from toolgraph.data.formats import write_dataset  # noqa: E402
 from toolgraph.data.scale import scale_catalog  # noqa: E402
 from toolgraph.data.schema import ToolDataset  # noqa: E402
 from toolgraph.metrics import compute  # noqa: E402
-from toolgraph.retrieval.ann import AnnConfig  # noqa: E402
 from toolgraph.retrieval.chunks import chunk_seconds, encode_in_chunks  # noqa: E402
 from toolgraph.retrieval.dense import DenseConfig, DenseRetriever  # noqa: E402
 from toolgraph.retrieval.encode import encode_texts  # noqa: E402
@@ -60,7 +59,24 @@ WORK = ROOT / "runs" / "scale"
 PAGE = DOCS / "agents-and-serving.md"
 KEY = ("method", "dataset", "split", "setting", "encoder")
 KINDS = ("exact", "faiss-hnsw", "faiss-ivf")
-ENCODER = "all-MiniLM-L6-v2"
+# --encoder: the model, its chunk folder, the name in the rows
+ENCODERS = {"minilm": ("all-MiniLM-L6-v2", "minilm", "all-MiniLM-L6-v2"),
+            "static": (str(WORK / "minilm-static"), "static", "all-MiniLM-L6-v2 static (toolgraph encoder static)")}
+ENCODER = ENCODERS["minilm"][0]
+
+
+def use_encoder(name: str) -> Path:
+    """Make ``name`` the encoder of this run (the static one is built first if missing); its chunk folder."""
+    global ENCODER, LABEL
+    ENCODER, folder, LABEL = ENCODERS[name]
+    if name == "static" and not (WORK / "minilm-static" / "config.json").is_file():
+        from toolgraph.retrieval.static import build_static
+
+        build_static(WORK / "minilm-static")
+    return WORK / folder
+
+
+LABEL = ENCODERS["minilm"][2]
 
 
 def rss_mb() -> float:
@@ -79,7 +95,8 @@ def catalog_vectors(size: int, folder: Path) -> tuple[list, ToolDataset, torch.T
     docs = [r.prefix("document") + t.document() for t in tools]
     length = r.config.encoder.max_length
     enc, tok = r.encoder, r._tokenizer
-    vectors = encode_in_chunks(docs, lambda part: encode_texts(enc, tok, part, 64, length), folder,
+    batch = 64 if ENCODER == ENCODERS["minilm"][0] else 1024  # a table lookup: large batches
+    vectors = encode_in_chunks(docs, lambda part: encode_texts(enc, tok, part, batch, length), folder,
                                f"{enc.fingerprint()}:{length}", progress="encoding the scale catalog")
     return tools, needle, vectors, chunk_seconds(folder)
 
@@ -146,7 +163,7 @@ def measure(size: int, tools: list, needle: ToolDataset, vectors: torch.Tensor, 
                 m["ann"]["ivf_lists"] = r._ann.index.nlist
         print(kind, size, m, flush=True)
         rows.append({"method": f"scale/{kind}", "dataset": f"scale-{size}", "split": "test",
-                     "setting": f"needle toollens, {size} tools", "encoder": ENCODER, "metrics": m,
+                     "setting": f"needle toollens, {size} tools", "encoder": LABEL, "metrics": m,
                      "command": command, "device": machine(), "seconds": round(index_s, 1)})
         del r
     return rows
@@ -159,7 +176,7 @@ def slope(xs: list[float], ys: list[float]) -> float:
 
 
 def ladder(args, command: str) -> list[dict]:
-    folder = WORK / "minilm"
+    folder = use_encoder(args.encoder)
     have = encoded_size(folder)
     top = max(args.sizes)
     if have < top:
@@ -187,7 +204,7 @@ def ladder(args, command: str) -> list[dict]:
         growth[kind] = {"build_s": round(slope(sizes, [r["metrics"]["build_s"] for r in mine]), 3),
                         "p95_ms": round(slope(sizes, [r["metrics"]["p95_ms"] for r in mine]), 3)}
     rows.append({"method": "scale/growth", "dataset": f"scale-{sizes[0]}-{sizes[-1]}", "split": "test",
-                 "setting": "log-log slope over " + ", ".join(map(str, sizes)), "encoder": ENCODER,
+                 "setting": "log-log slope over " + ", ".join(map(str, sizes)), "encoder": LABEL,
                  "metrics": {"exponent": growth, "query_encode_p50_ms": round(1000 * statistics.median(single), 2),
                              "encode_texts_per_s": round(1 / rate, 1)},
                  "command": command, "device": machine(), "seconds": None})
@@ -209,7 +226,7 @@ def serve(args, command: str) -> list[dict]:
 
     from toolgraph.sync import sync_index
 
-    folder = WORK / "minilm"
+    folder = use_encoder(args.encoder)
     tools, needle, vectors, _ = catalog_vectors(args.size, folder)
     work = WORK / f"serve-{args.size}"
     shutil.rmtree(work, ignore_errors=True)
@@ -255,7 +272,7 @@ def serve(args, command: str) -> list[dict]:
                  "rss_mb": _rss_of(proc.pid)}
             print(m, errors[:3], flush=True)
             rows.append({"method": "scale/serve", "dataset": f"scale-{args.size}", "split": "-",
-                         "setting": f"{clients}-client" + ("s" if clients > 1 else ""), "encoder": ENCODER,
+                         "setting": f"{clients}-client" + ("s" if clients > 1 else ""), "encoder": LABEL,
                          "metrics": m, "command": command, "device": machine(), "seconds": round(wall, 1),
                          "errors_sample": errors[:3]})
         # index sync of the catalog plus 1,000 new tools while 8 clients search
@@ -305,7 +322,7 @@ def serve(args, command: str) -> list[dict]:
              "server_sees_new_index": bool(picked), "rss_mb": _rss_of(proc.pid)}
         print("sync while serving", m, errors[:3], flush=True)
         rows.append({"method": "scale/sync-while-serving", "dataset": f"scale-{args.size}", "split": "-",
-                     "setting": f"+{args.add} tools, 8 clients", "encoder": ENCODER, "metrics": m,
+                     "setting": f"+{args.add} tools, 8 clients", "encoder": LABEL, "metrics": m,
                      "command": command, "device": machine(), "seconds": round(result["sync_s"], 1),
                      "errors_sample": errors[:3]})
     finally:
@@ -382,22 +399,26 @@ def main(argv: list[str] | None = None) -> None:
     sub = p.add_subparsers(dest="cmd", required=True)
     e = sub.add_parser("encode", help="vectors of the first --size catalog tools, in resumable chunks")
     e.add_argument("--size", type=int, default=100_000)
+    e.add_argument("--encoder", choices=sorted(ENCODERS), default="minilm")
     lad = sub.add_parser("ladder", help="build, bytes, latency and recall per size and index")
     lad.add_argument("--sizes", type=int, nargs="+", default=[1000, 10_000, 100_000])
     lad.add_argument("--repeats", type=int, default=3)
+    lad.add_argument("--encoder", choices=sorted(ENCODERS), default="minilm")
     s = sub.add_parser("serve", help="toolgraph serve over the index, then index sync of --add tools while serving")
     s.add_argument("--size", type=int, default=100_000)
     s.add_argument("--add", type=int, default=1000)
     s.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32])
     s.add_argument("--seconds", type=float, default=60.0)
+    s.add_argument("--encoder", choices=sorted(ENCODERS), default="minilm")
     sub.add_parser("render", help="the scale block and plot of docs/agents-and-serving.md")
     args = p.parse_args(argv)
     command = "python benchmarks/scale_bench.py " + shlex.join(sys.argv[1:] if argv is None else argv)
     WORK.mkdir(parents=True, exist_ok=True)
     if args.cmd == "encode":
         t0 = time.perf_counter()
-        catalog_vectors(args.size, WORK / "minilm")
-        print(f"encoded {args.size} in {time.perf_counter() - t0:.0f}s; chunks: {chunk_seconds(WORK / 'minilm'):.0f}s")
+        folder = use_encoder(args.encoder)
+        catalog_vectors(args.size, folder)
+        print(f"encoded {args.size} in {time.perf_counter() - t0:.0f}s; chunks: {chunk_seconds(folder):.0f}s")
     elif args.cmd == "ladder":
         ladder(args, command)
     elif args.cmd == "serve":

@@ -389,6 +389,14 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_encoder(args: argparse.Namespace) -> int:
+    from toolgraph.retrieval.static import build_static
+
+    folder = build_static(args.out, args.source, a=args.sif, drop=args.drop)
+    print(f"wrote {folder}: a static encoder distilled from {args.source} (retriever.encoder: {folder})")
+    return 0
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     """Versions, devices, data, models and caches, with the fix for what is missing; exit 1 if a
     recipe would miss something."""
@@ -557,6 +565,15 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="train: an override of the recipe (repeatable), e.g. --set trainer.max_time=00:00:10:00")
     i.set_defaults(fn=cmd_index)
+
+    en = sub.add_parser("encoder", help="build an encoder: 'encoder static --out DIR' distils a static one "
+                                        "(a token table, ~1,000x faster on CPU) from a transformer")
+    en.add_argument("kind", choices=["static"])
+    en.add_argument("--out", required=True, help="the model folder to write (retriever.encoder: DIR)")
+    en.add_argument("--from", dest="source", default="all-MiniLM-L6-v2", help="the transformer to distil")
+    en.add_argument("--sif", type=float, default=1e-3, help="SIF constant a of the token weights a/(a+p)")
+    en.add_argument("--drop", type=_count, default=16, help="principal components removed from the table")
+    en.set_defaults(fn=cmd_encoder)
 
     dr = sub.add_parser("doctor", help="versions, devices, data and model paths, and the fix for what is missing")
     dr.add_argument("--json", action="store_true", help="the checks as JSON")

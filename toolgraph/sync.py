@@ -71,7 +71,8 @@ from toolgraph.errors import ConfigError, DataError, ToolgraphError, no_space_is
 from toolgraph.files import FolderPutBack, clean_new_copies, clean_old_copies, is_temp_name, swap_folder
 from toolgraph.retrieval.agents import content_hash
 from toolgraph.retrieval.base import Retriever
-from toolgraph.retrieval.dense import embedding_cache_off, streaming_to
+from toolgraph.retrieval.chunks import rank_and_world
+from toolgraph.retrieval.dense import DenseRetriever, embedding_cache_off, streaming_to
 from toolgraph.retrieval.feedback import FeedbackRetriever
 from toolgraph.retrieval.loading import load, recover, resolve_retriever
 from toolgraph.retrieval.manifest import MANIFEST
@@ -325,6 +326,9 @@ def sync_index(catalog: str | Path, index: str | Path, retriever: Any = None,
     skipped: Counter = Counter()
     tools, agents = read_catalog_any(catalog, on_duplicate, skipped, max_text_chars)
     shown, index = str(index), resolve_index(index)
+    rank, world = rank_and_world()
+    if rank > 0:  # under torchrun: help rank 0 encode, then leave the index to it
+        return {**_help_encode(tools, index, retriever, rank, world), "skipped": dict(skipped), "index": shown}
     with _write_errors(index), index_lock(index, wait):
         recover(index)
         created = not _check_target(index)
@@ -340,6 +344,20 @@ def sync_index(catalog: str | Path, index: str | Path, retriever: Any = None,
         _swap_in(r, index)
         shutil.rmtree(chunks, ignore_errors=True)
     return {**counts, "skipped": dict(skipped), "created": created, "index": shown}
+
+
+def _help_encode(tools: list[Tool], index: Path, retriever: Any, rank: int, world: int) -> dict[str, Any]:
+    """Rank ``rank`` > 0 of a ``torchrun`` sync: encode this rank's chunks of the tools rank 0's sync will
+    encode (the same plan, from the same catalog and index) into the index's encode folder, and return;
+    rank 0 holds the lock, reads these chunks, and swaps the index in. Only a dense index (or a feedback
+    index over one) splits its encoding; for any other the helper does nothing."""
+    r = load(index) if _check_target(index) else resolve_retriever(retriever or {"name": "t2a"}, "retriever")
+    r = r.base if isinstance(r, FeedbackRetriever) else r
+    if not isinstance(r, DenseRetriever):
+        return {"helper": rank, "encoded_chunks": 0}
+    with embedding_cache_off():
+        r.encode_share(tools, encode_folder(index), rank, world)
+    return {"helper": rank, "world": world}
 
 
 def encode_folder(index: Path) -> Path:

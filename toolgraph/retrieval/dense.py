@@ -28,7 +28,7 @@ from toolgraph.registry import RETRIEVERS
 from toolgraph.retrieval.ann import AnnConfig, AnnIndex
 from toolgraph.retrieval.base import Retriever, RetrieverConfig, natural_key
 from toolgraph.retrieval.cache import EmbeddingCache
-from toolgraph.retrieval.chunks import encode_in_chunks
+from toolgraph.retrieval.chunks import CHUNK, encode_in_chunks, rank_and_world
 from toolgraph.retrieval.encode import encode_texts
 
 _UNCACHED = threading.local()
@@ -89,6 +89,7 @@ class DenseConfig(RetrieverConfig):
     # auto: exact up to ann.auto_above tools, then ann.auto_kind
     index: Literal["exact", "faiss", "faiss-hnsw", "faiss-ivf", "auto"] = "exact"
     ann: AnnConfig = field(default_factory=AnnConfig)
+    chunk_size: int = bounded(CHUNK, ge=1)  # tools per resumable chunk when index sync encodes (retrieval/chunks.py)
     device: Literal["auto", "cpu", "cuda"] = "auto"
     progress: bool = True
 
@@ -206,15 +207,9 @@ class DenseRetriever(Retriever):
         ``remove_tools`` and a re-index encode only new or changed tools; the rest are encoded. Then
         the FAISS index, if any, is updated in place (retrieval/ann.py)."""
         now = self.encoder.fingerprint()
-        if self._indexed_by == "saved":  # vectors loaded from a folder are its encoder's, the one held now
-            self._indexed_by = now
-        same = self._indexed_by == now and len(self._indexed) == len(self._raw)
-        before = {t.id: i for i, t in enumerate(self._indexed)} if same else {}
-        keep = [before.get(t.id) for t in self.tools]
-        keep = [i if i is not None and self._indexed[i] == t else None for i, t in zip(keep, self.tools, strict=True)]
-        todo = [t for t, i in zip(self.tools, keep, strict=True) if i is None]
-        docs = [self.prefix("document") + d for d in self.documents(todo)]
-        distinct = list(dict.fromkeys(docs))
+        reuse = self._reusable(now)
+        keep, todo, docs, distinct = self._plan(self.tools, reuse)
+        before = {t.id for t in self._indexed} if reuse else set()
         fresh = self._embed_documents(distinct) if distinct else torch.zeros(0, self._raw.shape[-1])
         at = {d: i for i, d in enumerate(distinct)}
         new = iter(docs)
@@ -239,15 +234,42 @@ class DenseRetriever(Retriever):
         self._ann = None
         self._build_ann(set())
 
+    def _reusable(self, now: str) -> bool:
+        """The indexed vectors came from the encoder held now (``now``: its weights' fingerprint; vectors
+        loaded from a folder or given to ``index_vectors`` are that encoder's), so a re-index may keep them."""
+        if self._indexed_by == "saved":
+            self._indexed_by = now
+        return self._indexed_by == now and len(self._indexed) == len(self._raw)
+
+    def _plan(self, tools: list, reuse: bool) -> tuple[list, list, list[str], list[str]]:
+        """For ``tools`` (sorted): (the old row each keeps or None, the tools to encode, their documents,
+        those documents once each, in order); ``reuse``: whether the old rows may be kept."""
+        before = {t.id: i for i, t in enumerate(self._indexed)} if reuse else {}
+        keep = [before.get(t.id) for t in tools]
+        keep = [i if i is not None and self._indexed[i] == t else None for i, t in zip(keep, tools, strict=True)]
+        todo = [t for t, i in zip(tools, keep, strict=True) if i is None]
+        docs = [self.prefix("document") + d for d in self.documents(todo)]
+        return keep, todo, docs, list(dict.fromkeys(docs))
+
+    def encode_share(self, tools: list, folder: str | Path, rank: int, world: int) -> None:
+        """Rank ``rank`` of ``world`` processes encodes its share of the chunks that indexing ``tools``
+        needs, into ``folder`` (the rank-0 process indexes; ``index sync`` under torchrun)."""
+        plan = self._plan(sorted(tools, key=lambda t: natural_key(t.id)), self._reusable(self.encoder.fingerprint()))
+        self._encode_chunks(plan[3], Path(folder), rank, world)
+
+    def _encode_chunks(self, docs: list[str], folder: Path, rank: int, world: int) -> torch.Tensor | None:
+        length = self.config.encoder.max_length
+        return encode_in_chunks(docs, lambda part: encode_texts(self.encoder, self._tokenizer, part,
+                                                                 self.config.batch_size, length, self.device),
+                                folder, f"{self.encoder.fingerprint()}:{length}", self.config.chunk_size, rank, world,
+                                progress="encoding tools" if self.config.progress else False)
+
     def _embed_documents(self, docs: list[str]) -> torch.Tensor:
         folder = getattr(_STREAM, "folder", None)
         if folder is None:
             return self.embed(docs, "encoding tools")
-        length = self.config.encoder.max_length
-        return encode_in_chunks(docs, lambda part: encode_texts(self.encoder, self._tokenizer, part,
-                                                                 self.config.batch_size, length, self.device),
-                                folder, f"{self.encoder.fingerprint()}:{length}", rank=0, world=1,
-                                progress="encoding tools" if self.config.progress else False)
+        _, world = rank_and_world()
+        return self._encode_chunks(docs, folder, 0, world)  # rank 0: the other ranks' chunks are waited for
 
     def _build_ann(self, changed: set[str]) -> None:
         kind = self.index_kind()

@@ -116,55 +116,65 @@ def folder_bytes(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
 
 
-def _search_exact(r: DenseRetriever, q: torch.Tensor, k: int) -> list[int]:
-    return topk(q @ r.tool_vectors.T, k, r.tools)[1][0].tolist()
+def _search(r: DenseRetriever, q: torch.Tensor, k: int) -> torch.Tensor:
+    """Positions [Q, k] of the best k tools for query vectors q [Q, H]: exact (the retriever's matmul +
+    deterministic top-k) or through its FAISS index."""
+    if r._ann is None:
+        return topk(q @ r.tool_vectors.T, k, r.tools)[1]
+    return r._ann.search(q, k)[1]
 
 
-def _search_ann(r: DenseRetriever, q: torch.Tensor, k: int) -> list[int]:
-    return r._ann.search(q, k)[1][0].tolist()
+# search-time settings tried on each built index (no rebuild): HNSW's ef_search, IVF's nprobe
+VARIANTS = {"exact": [{}], "faiss-hnsw": [{"ef_search": 128}, {"ef_search": 256}],
+            "faiss-ivf": [{"nprobe": 32}, {"nprobe": 64}]}
 
 
 def measure(size: int, tools: list, needle: ToolDataset, vectors: torch.Tensor, encode_s_per_text: float,
             qvecs: torch.Tensor, test: list, command: str, repeats: int) -> list[dict]:
-    rows, tops = [], {}
+    rows, exact = [], None
     for kind in KINDS:
         r = retriever(kind)
         t0 = time.perf_counter()
         r.index_vectors(tools[:size], vectors[:size])
         index_s = time.perf_counter() - t0
-        search = _search_exact if kind == "exact" else _search_ann
-        for q in qvecs[:5]:  # warm-up
-            search(r, q[None], 10)
-        lat, found = [], []
-        for _ in range(repeats):
-            for q in qvecs[:200]:
-                t0 = time.perf_counter()
-                search(r, q[None], 10)
-                lat.append(time.perf_counter() - t0)
-        found = [[r.tools[i].id for i in search(r, q[None], 10)] for q in qvecs]
-        tops[kind] = found
         with tempfile.TemporaryDirectory(dir=WORK) as tmp:
             r.save(tmp)
             per_tool = folder_bytes(Path(tmp)) / size
-        lat.sort()
-        m = {"tools": size, "build_s": round(encode_s_per_text * size + index_s, 1),
-             "encode_s": round(encode_s_per_text * size, 1), "index_s": round(index_s, 2),
-             "bytes_per_tool": round(per_tool), "p50_ms": round(1000 * statistics.median(lat), 3),
-             "p95_ms": round(1000 * lat[int(0.95 * len(lat))], 3), "searches": len(lat),
-             **{f"needle_{k}": round(v, 4) for k, v in compute(found, [q.tools for q in test], [5, 10],
-                                                               ["recall"]).items()},
-             "rss_mb": rss_mb()}
-        if kind != "exact":
-            m["recall@10_vs_exact"] = round(sum(len(set(a) & set(b)) for a, b in zip(found, tops["exact"], strict=True))
-                                            / (10 * len(found)), 4)
-            m["ann"] = {k: v for k, v in r._ann.describe().items() if k in ("hnsw_m", "ef_construction", "ef_search",
-                                                                              "ivf_lists", "nprobe")}
-            if kind == "faiss-ivf":
-                m["ann"]["ivf_lists"] = r._ann.index.nlist
-        print(kind, size, m, flush=True)
-        rows.append({"method": f"scale/{kind}", "dataset": f"scale-{size}", "split": "test",
-                     "setting": f"needle toollens, {size} tools", "encoder": LABEL, "metrics": m,
-                     "command": command, "device": machine(), "seconds": round(index_s, 1)})
+        for variant in VARIANTS[kind]:
+            for key, value in variant.items():
+                setattr(r.config.ann, key, value)
+            for q in qvecs[:5]:  # warm-up
+                _search(r, q[None], 10)
+            lat = []
+            for _ in range(repeats if size <= 100_000 else 1):
+                for q in qvecs[:200]:  # one query at a time, as a server answers it
+                    t0 = time.perf_counter()
+                    _search(r, q[None], 10)
+                    lat.append(time.perf_counter() - t0)
+            found = [[r.tools[i].id for i in row] for part in qvecs.split(256) for row in _search(r, part, 10).tolist()]
+            exact = found if kind == "exact" else exact
+            lat.sort()
+            m = {"tools": size, "build_s": round(encode_s_per_text * size + index_s, 1),
+                 "encode_s": round(encode_s_per_text * size, 1), "index_s": round(index_s, 2),
+                 "bytes_per_tool": round(per_tool), "p50_ms": round(1000 * statistics.median(lat), 3),
+                 "p95_ms": round(1000 * lat[int(0.95 * len(lat))], 3), "searches": len(lat),
+                 **{f"needle_{k}": round(v, 4) for k, v in compute(found, [q.tools for q in test], [5, 10],
+                                                                   ["recall"]).items()},
+                 "rss_mb": rss_mb()}
+            if kind != "exact":
+                m["recall@10_vs_exact"] = round(sum(len(set(a) & set(b)) for a, b in zip(found, exact, strict=True))
+                                                / (10 * len(found)), 4)
+                m["ann"] = dict(variant)
+                if kind == "faiss-hnsw":
+                    m["ann"].update(hnsw_m=r.config.ann.hnsw_m, ef_construction=r.config.ann.ef_construction)
+                else:
+                    m["ann"]["ivf_lists"] = r._ann.index.nlist
+            label = ", ".join(f"{k} {v}" for k, v in variant.items())
+            print(kind, label, size, m, flush=True)
+            rows.append({"method": f"scale/{kind}", "dataset": f"scale-{size}", "split": "test",
+                         "setting": f"needle toollens, {size} tools" + (f", {label}" if label else ""),
+                         "encoder": LABEL, "metrics": m, "command": command, "device": machine(),
+                         "seconds": round(index_s, 1)})
         del r
     return rows
 
@@ -200,7 +210,10 @@ def ladder(args, command: str) -> list[dict]:
     sizes = sorted(args.sizes)
     growth = {}
     for kind in KINDS:
-        mine = sorted((r for r in rows if r["method"] == f"scale/{kind}"), key=lambda r: r["metrics"]["tools"])
+        first = VARIANTS[kind][0]
+        mine = sorted((r for r in rows if r["method"] == f"scale/{kind}" and all(r["metrics"].get("ann", {}).get(k) == v
+                                                                                  for k, v in first.items())),
+                      key=lambda r: r["metrics"]["tools"])
         growth[kind] = {"build_s": round(slope(sizes, [r["metrics"]["build_s"] for r in mine]), 3),
                         "p95_ms": round(slope(sizes, [r["metrics"]["p95_ms"] for r in mine]), 3)}
     rows.append({"method": "scale/growth", "dataset": f"scale-{sizes[0]}-{sizes[-1]}", "split": "test",
@@ -333,35 +346,46 @@ def serve(args, command: str) -> list[dict]:
 
 
 # ---- the page -----------------------------------------------------------------------------------
+def _short(label: str) -> str:
+    return "static" if "static" in label else "MiniLM"
+
+
+def _variant(r: dict) -> str:
+    ann = r["metrics"].get("ann", {})
+    return ", ".join(f"{k} {ann[k]}" for k in ("ef_search", "nprobe", "ivf_lists") if k in ann) or "–"
+
+
 def render(page: Path = PAGE, plot: bool = False) -> None:
     rows = json.loads((RESULTS / "scale.json").read_text())["rows"]
-    lines = ["| tools | index | build s | bytes / tool | search p50 / p95 ms | needle R@5 | R@10 vs exact |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| encoder | tools | index | search setting | build s | bytes / tool | search p50 / p95 ms | needle R@5 "
+             "| R@10 vs exact |", "|---|---|---|---|---|---|---|---|---|"]
     ladder_rows = sorted((r for r in rows if r["method"].removeprefix("scale/") in KINDS),
-                         key=lambda r: (r["metrics"]["tools"], KINDS.index(r["method"].removeprefix("scale/"))))
+                         key=lambda r: (_short(r["encoder"]), r["metrics"]["tools"],
+                                        KINDS.index(r["method"].removeprefix("scale/")), r["setting"]))
     for r in ladder_rows:
         m = r["metrics"]
-        lines.append(f"| {m['tools']:,} | {r['method'].removeprefix('scale/')} | {m['build_s']} | {m['bytes_per_tool']:,} "
-                     f"| {m['p50_ms']} / {m['p95_ms']} | {m['needle_recall@5']:.3f} "
-                     f"| {m.get('recall@10_vs_exact', 1.0):.3f} |")
-    for r in rows:
-        if r["method"] == "scale/growth":
-            g = r["metrics"]["exponent"]
-            lines.append("")
-            lines.append("Growth exponents (log-log slope, " + r["setting"].split("over ")[1] + " tools): " + "; ".join(
-                f"{k} build {v['build_s']}, p95 {v['p95_ms']}" for k, v in g.items())
-                + f". One MiniLM query encoding: {r['metrics']['query_encode_p50_ms']} ms (p50).")
+        lines.append(f"| {_short(r['encoder'])} | {m['tools']:,} | {r['method'].removeprefix('scale/')} | {_variant(r)} "
+                     f"| {m['build_s']:,} | {m['bytes_per_tool']:,} | {m['p50_ms']} / {m['p95_ms']} "
+                     f"| {m['needle_recall@5']:.3f} | {m.get('recall@10_vs_exact', 1.0):.3f} |")
+    for r in sorted((r for r in rows if r["method"] == "scale/growth"), key=lambda r: _short(r["encoder"])):
+        g = r["metrics"]["exponent"]
+        lines.append("")
+        lines.append(f"Growth exponents, {_short(r['encoder'])} (log-log slope over " + r["setting"].split("over ")[1]
+                     + " tools): " + "; ".join(f"{k} build {v['build_s']}, p95 {v['p95_ms']}" for k, v in g.items())
+                     + f". One query encoding: {r['metrics']['query_encode_p50_ms']} ms (p50); documents encoded "
+                     f"{r['metrics']['encode_texts_per_s']} a second.")
     serve_rows = [r for r in rows if r["method"] in ("scale/serve", "scale/sync-while-serving")]
     if serve_rows:
-        lines += ["", "| served | setting | p50 / p95 / p99 ms | requests | errors | RSS MB | note |",
-                  "|---|---|---|---|---|---|---|"]
-        for r in sorted(serve_rows, key=lambda r: (r["metrics"]["tools"], r["method"], r["metrics"].get("clients", 99))):
+        lines += ["", "| encoder | served | setting | p50 / p95 / p99 ms | requests | errors | RSS MB | note |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for r in sorted(serve_rows, key=lambda r: (_short(r["encoder"]), r["metrics"]["tools"], r["method"],
+                                                   r["metrics"].get("clients", 99))):
             m = r["metrics"]
             note = (f"start-up {m['startup_s']} s, {m['index']}" if r["method"] == "scale/serve" else
                     f"sync {m['sync_s']} s ({m['encoded']} encoded), max {m['max_ms']} ms, "
                     f"new index served: {m['server_sees_new_index']}")
-            lines.append(f"| {m['tools']:,} | {r['setting']} | {m['p50_ms']} / {m['p95_ms']} / {m['p99_ms']} "
-                         f"| {m['requests']} | {m['errors']} | {m['rss_mb']:,} | {note} |")
+            lines.append(f"| {_short(r['encoder'])} | {m['tools']:,} | {r['setting']} | {m['p50_ms']} / {m['p95_ms']} / "
+                         f"{m['p99_ms']} | {m['requests']} | {m['errors']} | {m['rss_mb']:,} | {note} |")
     write_block(page, "scale", "\n".join(lines))
     if plot:
         _plot(ladder_rows)
@@ -373,14 +397,21 @@ def _plot(rows: list[dict]) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.8))
-    for kind in KINDS:
-        mine = [r["metrics"] for r in rows if r["method"] == f"scale/{kind}"]
-        xs = [m["tools"] for m in mine]
-        a.plot(xs, [m["p95_ms"] for m in mine], marker="o", label=kind)
-        b.plot(xs, [m["needle_recall@5"] for m in mine], marker="o", label=f"{kind} needle R@5")
-        if kind != "exact":
-            b.plot(xs, [m["recall@10_vs_exact"] for m in mine], marker="x", linestyle="--", label=f"{kind} R@10 vs exact")
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
+    for enc, style in (("MiniLM", "-"), ("static", ":")):
+        for kind in KINDS:
+            first = VARIANTS[kind][0]
+            mine = [r["metrics"] for r in rows if r["method"] == f"scale/{kind}" and _short(r["encoder"]) == enc
+                    and all(r["metrics"].get("ann", {}).get(k) == v for k, v in first.items())]
+            if not mine:
+                continue
+            xs = [m["tools"] for m in mine]
+            a.plot(xs, [m["p95_ms"] for m in mine], marker="o", linestyle=style, label=f"{enc} {kind}")
+            if kind == "exact":
+                b.plot(xs, [m["needle_recall@5"] for m in mine], marker="o", linestyle=style, label=f"{enc} needle R@5")
+            else:
+                b.plot(xs, [m["recall@10_vs_exact"] for m in mine], marker="x", linestyle=style,
+                       label=f"{enc} {kind} R@10 vs exact")
     for ax in (a, b):
         ax.set_xscale("log")
         ax.set_xlabel("tools in the index")
@@ -388,7 +419,7 @@ def _plot(rows: list[dict]) -> None:
     a.set_yscale("log")
     a.set_ylabel("search p95 (ms, one query)")
     b.set_ylabel("recall")
-    a.legend(fontsize=8)
+    a.legend(fontsize=7)
     b.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(DOCS / "img" / "scale.png", dpi=110)

@@ -143,6 +143,11 @@ RULES: list[tuple[str, str, tuple[str, ...]]] = [
       "test_feedback.py::test_a_running_server_picks_up_a_feedback_swap_with_no_failed_request")),
     (r"^toolgraph index train ", "covered",
      ("test_feedback.py::test_index_train_swaps_in_a_model_trained_on_the_log_and_keeps_the_log",)),
+    # docs/agents-and-serving.md "Registry scale": the static encoder and the streaming / split sync (tests/test_scale.py)
+    (r"^toolgraph encoder static ", "covered",
+     ("test_static_encoder.py::test_the_cli_distils_one_with_weights_counted_on_the_real_catalogs",)),
+    (r"^torchrun --standalone --nproc_per_node=\d+ -m toolgraph\.cli index sync ", "covered",
+     ("test_scale.py::test_torchrun_splits_a_sync_s_encoding_over_two_ranks",)),
     (r"^python benchmarks/\w+\.py( |$)", "resolve", ()),
 ]
 MARK_WORDS = {"gpu": r"\bgpus?\b", "cluster": r"\bcluster\b"}  # what a gpu / cluster line's comment must say
@@ -346,7 +351,10 @@ def resolve(cmd: Command, monkeypatch, capsys) -> bool:
     configs = [b for a, b in zip(argv, argv[1:]) if a == "--config"]
     if cmd.kind == "covered" and any(c.startswith("runs/") for c in configs):
         return True  # its config is an output (a sweep's best.yaml): the covering test loads one it wrote
-    if argv[0] == "torchrun":  # the launcher's own options, then the script
+    if argv[0] == "torchrun" and "-m" in argv:  # a module: toolgraph.cli is the toolgraph command
+        module = argv.index("-m") + 1
+        argv = (["toolgraph"] if argv[module] == "toolgraph.cli" else ["python", "-m", argv[module]]) + argv[module + 1:]
+    elif argv[0] == "torchrun":  # the launcher's own options, then the script
         argv = ["python", *argv[next(i for i, a in enumerate(argv) if a.endswith(".py")) :]]
     if argv[:2] == ["make", "demo"]:
         resolve_make_demo(monkeypatch, capsys)

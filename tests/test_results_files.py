@@ -42,6 +42,7 @@ GENERATED = {
     "serve_bench": ({}, "docs/agents-and-serving.md", {"serve-startup"}),
     "sweep_bench": ({}, "docs/configuration.md", {"sweep-bench"}),
     "feedback_bench": ({}, "docs/agents-and-serving.md", {"feedback-replay"}),
+    "scale_bench": ({}, "docs/agents-and-serving.md", {"scale"}),
     "convergence": ({}, "docs/dense.md", {"fast"}),
     "general": ({}, "docs/general.md", {"general-lodo", "general-all", "general-mcp", "general-test-as-train",
                         "general-variants", "general-recipes", "general-full-finetune"}),

@@ -77,3 +77,22 @@ def test_a_table_that_does_not_fit_its_config_names_the_folder(static_dir, tmp_p
     (bad / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(DataError, match="the table is .* but config.json says"):
         load_backbone(str(bad))
+
+
+def test_the_cli_distils_one_with_weights_counted_on_the_real_catalogs(tiny_bert_dir, tmp_path, data_root):
+    from toolgraph.cli import main
+
+    assert main(["encoder", "static", "--out", str(tmp_path / "s"), "--from", str(tiny_bert_dir), "--drop", "4"]) == 0
+    meta = json.loads((tmp_path / "s" / "config.json").read_text())["toolgraph_static"]
+    assert meta["removed_components"] == 4 and meta["corpus_texts"] > 10_000 and "seal-tools" in meta["corpus"]
+    r = DenseRetriever(DenseConfig(encoder={"name": str(tmp_path / "s"), "cache_dir": None}, progress=False))
+    r.index(read_dataset(_tiny(tmp_path)).tools)
+    assert len(r.retrieve(["weather"], 2).ids[0]) == 2
+
+
+def _tiny(folder):
+    (folder / "t").mkdir()
+    (folder / "t" / "tools.jsonl").write_text(json.dumps({"id": "a", "name": "weather", "description": "x"}) + "\n"
+                                              + json.dumps({"id": "b", "name": "flights", "description": "y"}) + "\n")
+    (folder / "t" / "queries.jsonl").write_text("")
+    return folder / "t"

@@ -6,8 +6,17 @@ The catalog is an MCP servers file (LiveMCPBench layout), a folder of ``tools/li
 canonical dataset folder (``tools.jsonl`` + ``agents.jsonl``). Tools and agents are compared with the
 index by content hash (every field). An agent index (t2a, agent_only, tool_only, mcp_zero) encodes
 added and changed entries only, unchanged ones keep their vectors, removed ones go; with ``scorer:
-bm25`` it encodes nothing and holds no encoder. Any other retriever that indexes a catalog (bm25,
-dense, tgr, tool2vec, ...) indexes the whole catalog again (``reindexed`` in the counts). A missing
+bm25`` it encodes nothing and holds no encoder. A dense index does the same (``encoded`` in the counts:
+the tools whose fields changed or are new), and a FAISS index of it (``index: faiss-hnsw | faiss-ivf |
+auto``) is updated in place. Any other retriever that indexes a catalog (bm25, tgr, tool2vec, ...)
+indexes the whole catalog again (``reindexed`` in the counts).
+
+Streaming encode: a dense index encodes in resumable chunks (``chunk_size`` tools, retrieval/chunks.py)
+under ``.NAME.encode`` beside the index, so a sync killed while encoding a large catalog resumes where
+it stopped; the folder is deleted once the new index is in place. Under ``torchrun --nproc_per_node=N``
+(or any launcher that sets ``RANK`` / ``WORLD_SIZE``; several nodes need that folder on a shared
+filesystem) the chunks are split over the ranks: rank 0 takes the lock, reads the others' chunks,
+and swaps the index in; ranks 1.. only encode (their line says ``"helper"``). A missing
 index is created (a ``t2a`` index over ``toolgraph-general``, MiniLM when that is not installed,
 unless a retriever config is given). A new index that a catalog alone cannot build is refused with
 the key named: a trained-only retriever written as a config (``mlc``, ``gnn``, ``refiner``,

@@ -75,8 +75,8 @@ class AnnIndex:
         else:
             lists = self.lists(len(ids))
             index = faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, lists, faiss.METRIC_INNER_PRODUCT)
-            sample = x if len(x) <= 256 * lists else x[np.random.default_rng(0).choice(len(x), 256 * lists,
-                                                                                       replace=False)]
+            # k-means on 64 vectors a list (FAISS asks for at least 39), a seeded sample of a large catalog
+            sample = x if len(x) <= 64 * lists else x[np.random.default_rng(0).choice(len(x), 64 * lists, replace=False)]
             index.train(sample)
         if len(x):
             index.add(x)

@@ -50,6 +50,7 @@ from toolgraph.data.formats import write_dataset  # noqa: E402
 from toolgraph.data.scale import scale_catalog  # noqa: E402
 from toolgraph.data.schema import ToolDataset  # noqa: E402
 from toolgraph.metrics import compute  # noqa: E402
+from toolgraph.retrieval.ann import AnnConfig  # noqa: E402
 from toolgraph.retrieval.chunks import chunk_seconds, encode_in_chunks  # noqa: E402
 from toolgraph.retrieval.dense import DenseConfig, DenseRetriever  # noqa: E402
 from toolgraph.retrieval.encode import encode_texts  # noqa: E402
@@ -113,7 +114,8 @@ def encoded_size(folder: Path) -> int:
 
 
 def folder_bytes(folder: Path) -> int:
-    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+    """The saved index's bytes, its copy of the encoder (``encoder/``: the static table, 47 MB) left out."""
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and "encoder" not in p.relative_to(folder).parts)
 
 
 def _search(r: DenseRetriever, q: torch.Tensor, k: int) -> torch.Tensor:
@@ -125,7 +127,8 @@ def _search(r: DenseRetriever, q: torch.Tensor, k: int) -> torch.Tensor:
 
 
 # search-time settings tried on each built index (no rebuild): HNSW's ef_search, IVF's nprobe
-VARIANTS = {"exact": [{}], "faiss-hnsw": [{"ef_search": 128}, {"ef_search": 256}],
+VARIANTS = {"exact": [{}], "faiss-hnsw": [{"ef_search": 128}, {"ef_search": 256}, {"ef_search": 512},
+                                        {"ef_search": 1024}],
             "faiss-ivf": [{"nprobe": 32}, {"nprobe": 64}]}
 
 
@@ -233,18 +236,30 @@ def _rss_of(pid: int) -> float:
     return 0.0
 
 
+def served_ef(size: int) -> int:
+    """The smallest ef_search the ladder measured at ``size`` tools (this encoder) with R@10 vs exact >= 0.98,
+    else the largest it tried; the default when it has not run."""
+    path = RESULTS / "scale.json"
+    rows = json.loads(path.read_text())["rows"] if path.is_file() else []
+    tried = sorted((r["metrics"]["ann"]["ef_search"], r["metrics"]["recall@10_vs_exact"]) for r in rows
+                   if r["method"] == "scale/faiss-hnsw" and r["encoder"] == LABEL and r["metrics"]["tools"] == size)
+    if not tried:
+        return AnnConfig().ef_search
+    return next((ef for ef, recall in tried if recall >= 0.98), tried[-1][0])
+
+
 def serve(args, command: str) -> list[dict]:
     import anyio
     from serve_bench import _free_port, _load
-
-    from toolgraph.sync import sync_index
 
     folder = use_encoder(args.encoder)
     tools, needle, vectors, _ = catalog_vectors(args.size, folder)
     work = WORK / f"serve-{args.size}"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    r = DenseRetriever(DenseConfig(encoder={"name": ENCODER, "cache_dir": None}, index="auto", progress=False))
+    ef = served_ef(args.size)
+    r = DenseRetriever(DenseConfig(encoder={"name": ENCODER, "cache_dir": None}, index="auto", progress=False,
+                                   ann=AnnConfig(ef_search=ef)))
     t0 = time.perf_counter()
     r.index_vectors(tools, vectors)
     index = work / "index"
@@ -274,7 +289,7 @@ def serve(args, command: str) -> list[dict]:
         url = f"http://127.0.0.1:{port}/mcp"
         anyio.run(_load, url, texts[:10], 1, 120.0)  # warm-up: the first search loads the model
         startup_s = time.perf_counter() - t0
-        base = {"tools": args.size, "index": kind, "startup_s": round(startup_s, 1), "rss_mb": _rss_of(proc.pid)}
+        base = {"tools": args.size, "index": kind, "ef_search": ef, "startup_s": round(startup_s, 1), "rss_mb": _rss_of(proc.pid)}
         print("up", base, flush=True)
         for clients in args.clients:
             lat, errors, wall = anyio.run(_load, url, texts, clients, args.seconds)
@@ -293,9 +308,11 @@ def serve(args, command: str) -> list[dict]:
         catalog = write_dataset(ToolDataset("scale", extra, []), work / "catalog")
         result: dict = {}
 
-        def do_sync() -> None:
+        def do_sync() -> None:  # its own process, as a user runs it (and off this process's GIL)
             t = time.perf_counter()
-            result["counts"] = sync_index(catalog, index)
+            out = subprocess.run([sys.executable, "-m", "toolgraph.cli", "index", "sync", str(catalog), "--index",
+                                  str(index)], env=env, capture_output=True, text=True, check=True)
+            result["counts"] = json.loads(out.stdout.strip().splitlines()[-1])
             result["sync_s"] = time.perf_counter() - t
             result["done"] = time.monotonic()
 
@@ -361,7 +378,8 @@ def render(page: Path = PAGE, plot: bool = False) -> None:
              "| R@10 vs exact |", "|---|---|---|---|---|---|---|---|---|"]
     ladder_rows = sorted((r for r in rows if r["method"].removeprefix("scale/") in KINDS),
                          key=lambda r: (_short(r["encoder"]), r["metrics"]["tools"],
-                                        KINDS.index(r["method"].removeprefix("scale/")), r["setting"]))
+                                        KINDS.index(r["method"].removeprefix("scale/")),
+                                        r["metrics"].get("ann", {}).get("ef_search", r["metrics"].get("ann", {}).get("nprobe", 0))))
     for r in ladder_rows:
         m = r["metrics"]
         lines.append(f"| {_short(r['encoder'])} | {m['tools']:,} | {r['method'].removeprefix('scale/')} | {_variant(r)} "
@@ -381,7 +399,7 @@ def render(page: Path = PAGE, plot: bool = False) -> None:
         for r in sorted(serve_rows, key=lambda r: (_short(r["encoder"]), r["metrics"]["tools"], r["method"],
                                                    r["metrics"].get("clients", 99))):
             m = r["metrics"]
-            note = (f"start-up {m['startup_s']} s, {m['index']}" if r["method"] == "scale/serve" else
+            note = (f"start-up {m['startup_s']} s, {m['index']} (ef_search {m.get('ef_search')})" if r["method"] == "scale/serve" else
                     f"sync {m['sync_s']} s ({m['encoded']} encoded), max {m['max_ms']} ms, "
                     f"new index served: {m['server_sees_new_index']}")
             lines.append(f"| {_short(r['encoder'])} | {m['tools']:,} | {r['setting']} | {m['p50_ms']} / {m['p95_ms']} / "

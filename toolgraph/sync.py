@@ -348,8 +348,16 @@ def sync_index(catalog: str | Path, index: str | Path, retriever: Any = None,
         else:
             r = load(index)
         chunks = encode_folder(index)  # a dense index encodes its new tools here in chunks: a killed sync resumes
-        with embedding_cache_off(), streaming_to(chunks):  # no cache_dir (./.cache/embeddings) is written
-            counts = _sync_retriever(r, tools, agents, created)
+        try:
+            with embedding_cache_off(), streaming_to(chunks):  # no cache_dir (./.cache/embeddings) is written
+                counts = _sync_retriever(r, tools, agents, created)
+        except ToolgraphError:  # refused (a bad catalog or spec): nothing is left beside the index
+            shutil.rmtree(chunks, ignore_errors=True)
+            raise
+        except BaseException:  # interrupted (SIGTERM, Ctrl-C): the chunks stay for the next sync to resume from
+            if chunks.is_dir() and not any(chunks.glob("chunk-*.safetensors")):
+                shutil.rmtree(chunks, ignore_errors=True)
+            raise
         _swap_in(r, index)
         shutil.rmtree(chunks, ignore_errors=True)
     return {**counts, "skipped": dict(skipped), "created": created, "index": shown}

@@ -35,7 +35,8 @@ class StaticBackbone(nn.Module):
 
     def __init__(self, table: torch.Tensor, meta: dict | None = None):
         super().__init__()
-        self.embeddings = nn.Embedding.from_pretrained(table.float(), freeze=True)
+        self.embeddings = nn.Embedding(*table.shape)
+        self.embeddings.weight = nn.Parameter(table.float(), requires_grad=False)  # a fixed table
         self.config = SimpleNamespace(model_type=MODEL_TYPE, hidden_size=table.shape[1], vocab_size=table.shape[0],
                                       **(meta or {}))
 

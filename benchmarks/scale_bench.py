@@ -129,7 +129,7 @@ def _search(r: DenseRetriever, q: torch.Tensor, k: int) -> torch.Tensor:
 # search-time settings tried on each built index (no rebuild): HNSW's ef_search, IVF's nprobe
 VARIANTS = {"exact": [{}], "faiss-hnsw": [{"ef_search": 128}, {"ef_search": 256}, {"ef_search": 512},
                                         {"ef_search": 1024}],
-            "faiss-ivf": [{"nprobe": 32}, {"nprobe": 64}]}
+            "faiss-ivf": [{"nprobe": 32}, {"nprobe": 64}, {"nprobe": 128}, {"nprobe": 256}, {"nprobe": 512}]}
 
 
 def measure(size: int, tools: list, needle: ToolDataset, vectors: torch.Tensor, encode_s_per_text: float,
@@ -236,16 +236,21 @@ def _rss_of(pid: int) -> float:
     return 0.0
 
 
-def served_ef(size: int) -> int:
-    """The smallest ef_search the ladder measured at ``size`` tools (this encoder) with R@10 vs exact >= 0.98,
-    else the largest it tried; the default when it has not run."""
+def served_ann(size: int) -> tuple[str, dict]:
+    """The index the server uses at ``size`` tools (this encoder): of the ANN settings the ladder measured
+    there with R@10 vs exact >= 0.98, the one of lowest search p95 (else the highest recall); ``auto``
+    with the defaults when the ladder has not run at this size."""
     path = RESULTS / "scale.json"
     rows = json.loads(path.read_text())["rows"] if path.is_file() else []
-    tried = sorted((r["metrics"]["ann"]["ef_search"], r["metrics"]["recall@10_vs_exact"]) for r in rows
-                   if r["method"] == "scale/faiss-hnsw" and r["encoder"] == LABEL and r["metrics"]["tools"] == size)
+    tried = [r for r in rows if r["method"] in ("scale/faiss-hnsw", "scale/faiss-ivf") and r["encoder"] == LABEL
+             and r["metrics"]["tools"] == size]
     if not tried:
-        return AnnConfig().ef_search
-    return next((ef for ef, recall in tried if recall >= 0.98), tried[-1][0])
+        return "auto", {}
+    good = [r for r in tried if r["metrics"]["recall@10_vs_exact"] >= 0.98]
+    best = (min(good, key=lambda r: r["metrics"]["p95_ms"]) if good
+            else max(tried, key=lambda r: r["metrics"]["recall@10_vs_exact"]))
+    ann = {k: v for k, v in best["metrics"]["ann"].items() if k in ("ef_search", "nprobe", "hnsw_m", "ef_construction")}
+    return best["method"].removeprefix("scale/"), ann
 
 
 def serve(args, command: str) -> list[dict]:
@@ -257,9 +262,9 @@ def serve(args, command: str) -> list[dict]:
     work = WORK / f"serve-{args.size}"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    ef = served_ef(args.size)
-    r = DenseRetriever(DenseConfig(encoder={"name": ENCODER, "cache_dir": None}, index="auto", progress=False,
-                                   ann=AnnConfig(ef_search=ef)))
+    kind, ann = served_ann(args.size)
+    r = DenseRetriever(DenseConfig(encoder={"name": ENCODER, "cache_dir": None}, index=kind, progress=False,
+                                   ann=AnnConfig(**ann)))
     t0 = time.perf_counter()
     r.index_vectors(tools, vectors)
     index = work / "index"
@@ -289,7 +294,7 @@ def serve(args, command: str) -> list[dict]:
         url = f"http://127.0.0.1:{port}/mcp"
         anyio.run(_load, url, texts[:10], 1, 120.0)  # warm-up: the first search loads the model
         startup_s = time.perf_counter() - t0
-        base = {"tools": args.size, "index": kind, "ef_search": ef, "startup_s": round(startup_s, 1), "rss_mb": _rss_of(proc.pid)}
+        base = {"tools": args.size, "index": kind, "ann": ann, "startup_s": round(startup_s, 1), "rss_mb": _rss_of(proc.pid)}
         print("up", base, flush=True)
         for clients in args.clients:
             lat, errors, wall = anyio.run(_load, url, texts, clients, args.seconds)
@@ -399,7 +404,8 @@ def render(page: Path = PAGE, plot: bool = False) -> None:
         for r in sorted(serve_rows, key=lambda r: (_short(r["encoder"]), r["metrics"]["tools"], r["method"],
                                                    r["metrics"].get("clients", 99))):
             m = r["metrics"]
-            note = (f"start-up {m['startup_s']} s, {m['index']} (ef_search {m.get('ef_search')})" if r["method"] == "scale/serve" else
+            ann = m.get("ann", {"ef_search": m.get("ef_search")})
+            note = (f"start-up {m['startup_s']} s, {m['index']} ({', '.join(f'{k} {v}' for k, v in ann.items())})" if r["method"] == "scale/serve" else
                     f"sync {m['sync_s']} s ({m['encoded']} encoded), max {m['max_ms']} ms, "
                     f"new index served: {m['server_sees_new_index']}")
             lines.append(f"| {_short(r['encoder'])} | {m['tools']:,} | {r['setting']} | {m['p50_ms']} / {m['p95_ms']} / "

@@ -127,6 +127,9 @@ class AnnIndex:
         elif self.kind == "faiss-ivf":
             params = faiss.SearchParametersIVF()
             params.nprobe = min(self.config.nprobe, self.index.nlist)
+            # FAISS splits a batch over its queries; fewer queries than threads (a server's single query):
+            # over the probed lists instead, so one query uses every core (about half the p95 on 2 cores)
+            self.index.parallel_mode = 0 if len(x) >= faiss.omp_get_max_threads() else 1
         else:
             params = faiss.SearchParameters()
         if self.masked:
@@ -164,7 +167,8 @@ class AnnIndex:
             return None
         ann = cls(kind, config)
         ann.row_ids, ann.masked = list(meta["rows"]), set(meta["masked"])
-        if sorted(t for r, t in enumerate(ann.row_ids) if r not in ann.masked) != sorted(ids):
+        live = [t for r, t in enumerate(ann.row_ids) if r not in ann.masked]
+        if len(live) != len(ids) or set(live) != set(ids):  # ids are distinct: the same set is the same tools
             return None
         ann.index = faiss.read_index(str(path))
         if ann.index.ntotal != len(ann.row_ids):

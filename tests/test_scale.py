@@ -110,6 +110,7 @@ def test_add_and_remove_tools_encode_only_new_tools_and_update_the_ann_in_place(
     r.add_tools([changed])
     assert r.encoded == 1 and len(r._ann.masked) == 31
     assert r.search(changed.document(), 1)[0].id == "t1"  # its own text finds it: the new vector is searched
+    assert r.search(changed.document(), 1)[0].tool == changed  # and the hit is the new tool, not a cached old one
 
 
 def test_many_removals_compact_the_ann_index(tiny_bert_dir):

@@ -78,7 +78,7 @@ from toolgraph.data.schema import Agent, Tool
 from toolgraph.data.sources.mcp import MAX_TEXT_CHARS, check_size, read_catalog
 from toolgraph.errors import ConfigError, DataError, ToolgraphError, no_space_is_a_data_error
 from toolgraph.files import FolderPutBack, clean_new_copies, clean_old_copies, is_temp_name, swap_folder
-from toolgraph.retrieval.agents import content_hash
+from toolgraph.retrieval.agents import diff_counts
 from toolgraph.retrieval.base import Retriever
 from toolgraph.retrieval.chunks import rank_and_world
 from toolgraph.retrieval.dense import DenseRetriever, embedding_cache_off, streaming_to
@@ -107,10 +107,10 @@ def read_catalog_any(path: str | Path, on_duplicate: str = "error", skipped: Cou
         found, tools, agents = ds.skipped, ds.tools, ds.agents
         for kind, rows, fields in (("tool", tools, ("name", "description", "parameters", "returns")),
                                    ("agent", agents, ("name", "description"))):
+            where = path / f"{kind}s.jsonl"
             for row in rows:  # the same bound as an MCP catalog's: each text is served in every response
                 for field in fields:
-                    check_size(getattr(row, field, None), field, f"{kind} {row.id!r}", path / f"{kind}s.jsonl",
-                               max_text_chars)
+                    check_size(getattr(row, field, None), field, f"{kind} {row.id!r}", where, max_text_chars)
     else:
         if path.is_dir():
             builder = read_catalog(tools_lists=path, on_duplicate=on_duplicate, max_text_chars=max_text_chars)
@@ -410,7 +410,7 @@ def _refuse_untrained(spec: Any, where: str = "retriever") -> None:
 
 def _sync_retriever(r: Retriever, tools: list[Tool], agents: list[Agent], created: bool) -> dict[str, Any]:
     """Put the catalog into ``r``: an agent index through its own ``sync``; any other retriever through
-    ``index`` (counted here by content hash). A new index that cannot be built from a catalog alone
+    ``index`` (counted here, entries compared field by field). A new index that cannot be built from a catalog alone
     (one that learns from labelled queries: query_knn, losemb) is a ConfigError naming
     ``retriever.name`` and saying what to give instead."""
     if isinstance(r, FeedbackRetriever):  # the catalog is its base's; the store stays (tools gone stop voting)
@@ -419,8 +419,7 @@ def _sync_retriever(r: Retriever, tools: list[Tool], agents: list[Agent], create
         return counts
     if hasattr(r, "sync"):
         return r.sync(tools, agents)
-    old = {t.id: content_hash(t) for t in r.tools}
-    new = {t.id: content_hash(t) for t in tools}
+    old = {t.id: t for t in r.tools}
     try:
         r.index(tools)
         if created and r.tools:  # one query: a retriever that needs labelled queries fails here, not in serve
@@ -431,8 +430,6 @@ def _sync_retriever(r: Retriever, tools: list[Tool], agents: list[Agent], create
         raise ConfigError(f"retriever.name: a new {r.name!r} index cannot be built from a catalog alone ({e}). "
                           "Give a retriever that indexes any catalog (bm25, dense, t2a, agent_only, tool_only, "
                           "mcp_zero), or one saved by evaluate or train (retriever: runs/NAME/retriever)") from None
-    return {"added": sum(k not in old for k in new), "removed": sum(k not in new for k in old),
-            "updated": sum(k in old and old[k] != h for k, h in new.items()),
-            "unchanged": sum(old.get(k) == h for k, h in new.items()), "reindexed": len(r.tools),
+    return {**diff_counts(old, {t.id: t for t in tools}), "reindexed": len(r.tools),
             **({"encoded": r.encoded} if isinstance(getattr(r, "encoded", None), int) else {}),
             "tools": len(r.tools), "agents": len({t.agent for t in r.tools if t.agent is not None})}

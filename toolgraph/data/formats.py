@@ -172,6 +172,8 @@ def _require(obj: Any, fields: dict[str, type], path: Path, lineno: int,
 
 
 def _encodable(text: str) -> bool:
+    if text.isascii():  # O(1) in CPython, and a lone surrogate is never ASCII: most strings stop here
+        return True
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:

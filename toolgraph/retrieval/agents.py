@@ -84,8 +84,17 @@ class AgentRetrieverConfig(RetrieverConfig):
 
 
 def content_hash(obj: Tool | Agent) -> str:
-    """A stable hash of everything a catalog entry says (sync compares these)."""
+    """A stable hash of everything a catalog entry says."""
     return hashlib.sha1(json.dumps(vars(obj), sort_keys=True, ensure_ascii=False, default=str).encode()).hexdigest()
+
+
+def diff_counts(old: dict[str, Any], new: dict[str, Any]) -> dict[str, int]:
+    """added / removed / updated / unchanged between two catalogs keyed by id, their entries compared
+    field by field (Tool and Agent are dataclasses: no text of a million-tool catalog is hashed)."""
+    unchanged = sum(old.get(k) == v for k, v in new.items())
+    added = sum(k not in old for k in new)
+    return {"added": added, "removed": sum(k not in new for k in old), "updated": len(new) - added - unchanged,
+            "unchanged": unchanged}
 
 
 class AgentRetriever(Retriever):
@@ -140,14 +149,12 @@ class AgentRetriever(Retriever):
     def sync(self, tools: Iterable[Tool], agents: Iterable[Agent]) -> dict[str, int]:
         """Replace the catalog; only new or changed entity texts are encoded. Returns counts."""
         tools, agents = list(tools), list(agents)
-        old = {t.id: content_hash(t) for t in self.tools} | {f"agent:{a.id}": content_hash(a) for a in self.agents}
-        new = {t.id: content_hash(t) for t in tools} | {f"agent:{a.id}": content_hash(a) for a in agents}
+        old = {t.id: t for t in self.tools} | {f"agent:{a.id}": a for a in self.agents}
+        new = {t.id: t for t in tools} | {f"agent:{a.id}": a for a in agents}
         before = self.encoded
         self.index(tools, agents)
-        return {"added": sum(k not in old for k in new), "removed": sum(k not in new for k in old),
-                "updated": sum(k in old and old[k] != h for k, h in new.items()),
-                "unchanged": sum(old.get(k) == h for k, h in new.items()), "encoded": self.encoded - before,
-                "tools": len(self.tools), "agents": len(self.agents)}
+        return {**diff_counts(old, new), "encoded": self.encoded - before, "tools": len(self.tools),
+                "agents": len(self.agents)}
 
     def add_tools(self, tools: Iterable[Tool], agents: Iterable[Agent] = ()) -> None:
         new = list(tools)

@@ -129,10 +129,16 @@ class Retriever(ABC):
             raise TypeError(f"search takes one request (a str), got {type(query).__name__}; "
                             "retrieve takes a list of them")
         ranking = self.retrieve([query], k)
-        chosen = set(ranking.ids[0])
-        tools = {t.id: t for t in self.tools if t.id in chosen}
+        tools = self._tool_by_id()
         return [Hit(rank, score, tools[i]) for rank, (i, score) in
                 enumerate(zip(ranking.ids[0], ranking.scores[0].tolist()), 1)]
+
+    def _tool_by_id(self) -> dict[str, Tool]:
+        """id -> Tool of ``self.tools``, built once per tool list (a search over 1M tools looks up k)."""
+        cached = getattr(self, "_by_id", None)
+        if cached is None or cached[0] is not self.tools or cached[1] != len(self.tools):
+            cached = self._by_id = (self.tools, len(self.tools), {t.id: t for t in self.tools})
+        return cached[2]
 
     def retrieve_steps(self, step_lists: Sequence[Sequence[str]], k: int, merge: str = "max",
                        batch_size: int = 256, progress: bool | str = False) -> Ranking:

@@ -215,14 +215,13 @@ class DenseRetriever(Retriever):
         new = iter(docs)
         width = fresh.shape[-1] if distinct else self._raw.shape[-1]
         vectors = torch.empty(len(self.tools), width)
-        old = self._raw
-        kept = [(j, i) for j, i in enumerate(keep) if i is not None]
-        if kept:
-            rows, src = zip(*kept, strict=True)
-            vectors[list(rows)] = old[list(src)]
-        made = [j for j, i in enumerate(keep) if i is None]
-        if made:
-            vectors[made] = fresh[[at[next(new)] for _ in made]]
+        source = torch.tensor([-1 if i is None else i for i in keep], dtype=torch.long)  # old row, -1: encoded now
+        kept = source >= 0
+        if kept.any():
+            vectors[kept] = self._raw[source[kept]]
+        made = (~kept).nonzero().squeeze(1)
+        if len(made):
+            vectors[made] = fresh[[at[next(new)] for _ in range(len(made))]]
         changed = {t.id for t in todo if t.id in before}
         self.tool_vectors = self._raw = vectors
         self._indexed, self._indexed_by, self.encoded = list(self.tools), now, len(distinct)

@@ -404,8 +404,7 @@ def render(page: Path = PAGE, plot: bool = False) -> None:
         for r in sorted(serve_rows, key=lambda r: (_short(r["encoder"]), r["metrics"]["tools"], r["method"],
                                                    r["metrics"].get("clients", 99))):
             m = r["metrics"]
-            ann = m.get("ann", {"ef_search": m.get("ef_search")})
-            note = (f"start-up {m['startup_s']} s, {m['index']} ({', '.join(f'{k} {v}' for k, v in ann.items())})" if r["method"] == "scale/serve" else
+            note = (f"start-up {m['startup_s']} s, {m['index']} ({', '.join(f'{k} {v}' for k, v in m['ann'].items())})" if r["method"] == "scale/serve" else
                     f"sync {m['sync_s']} s ({m['encoded']} encoded), max {m['max_ms']} ms, "
                     f"new index served: {m['server_sees_new_index']}")
             lines.append(f"| {_short(r['encoder'])} | {m['tools']:,} | {r['setting']} | {m['p50_ms']} / {m['p95_ms']} / "

@@ -8,7 +8,7 @@ from toolgraph.data.schema import Agent, Tool
 from toolgraph.errors import ConfigError
 from toolgraph.evaluation import evaluate
 from toolgraph.retrieval import RETRIEVERS, Retriever
-from toolgraph.retrieval.agents import NONE, content_hash
+from toolgraph.retrieval.agents import NONE
 from toolgraph.retrieval.steps import merge_steps, ranks, sentences
 
 
@@ -190,7 +190,7 @@ def test_sync_encodes_only_changed_entries(mcp, tiny_bert_dir):
     assert counts == {"added": 2, "removed": 1, "updated": 2, "unchanged": len(mcp.tools) + len(mcp.agents) - 3,
                       "encoded": 4, "tools": len(mcp.tools), "agents": len(mcp.agents) + 1}
     # 4 texts: 2 changed tools, the new tool and the new agent; the parameter change hashes differently and its text ('default' shows parameter names) changed too
-    assert content_hash(tools["finance::stock_quote"]) != content_hash(mcp.tool_by_id()["finance::stock_quote"])
+    assert tools["finance::stock_quote"] != mcp.tool_by_id()["finance::stock_quote"]
     fresh = fitted("t2a", mcp, tiny_bert_dir)
     fresh.index(tools.values(), agents)
     assert torch.allclose(fresh.tool_vectors, r.tool_vectors, atol=1e-6)

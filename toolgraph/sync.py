@@ -4,7 +4,7 @@
 
 The catalog is an MCP servers file (LiveMCPBench layout), a folder of ``tools/list`` responses, or a
 canonical dataset folder (``tools.jsonl`` + ``agents.jsonl``). Tools and agents are compared with the
-index by content hash (every field). An agent index (t2a, agent_only, tool_only, mcp_zero) encodes
+index field by field (every field). An agent index (t2a, agent_only, tool_only, mcp_zero) encodes
 added and changed entries only, unchanged ones keep their vectors, removed ones go; with ``scorer:
 bm25`` it encodes nothing and holds no encoder. A dense index does the same (``encoded`` in the counts:
 the tools whose fields changed or are new), and a FAISS index of it (``index: faiss-hnsw | faiss-ivf |

@@ -83,11 +83,6 @@ class AgentRetrieverConfig(RetrieverConfig):
     retriever_slots: ClassVar[tuple[str, ...]] = ("dense",)  # an inline dense config: renamed keys by its name
 
 
-def content_hash(obj: Tool | Agent) -> str:
-    """A stable hash of everything a catalog entry says."""
-    return hashlib.sha1(json.dumps(vars(obj), sort_keys=True, ensure_ascii=False, default=str).encode()).hexdigest()
-
-
 def diff_counts(old: dict[str, Any], new: dict[str, Any]) -> dict[str, int]:
     """added / removed / updated / unchanged between two catalogs keyed by id, their entries compared
     field by field (Tool and Agent are dataclasses: no text of a million-tool catalog is hashed)."""

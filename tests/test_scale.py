@@ -225,9 +225,10 @@ def test_sync_updates_an_hnsw_index_in_place_and_encodes_only_what_changed(tiny_
     sync_index(_catalog(tmp_path / "v1", tools), tmp_path / "idx", _spec(tiny_bert_dir))
     counts = sync_index(_catalog(tmp_path / "v2", tools[1:] + _tools(1, start=200)), tmp_path / "idx")
     assert counts["encoded"] == 1 and counts["added"] == 1 and counts["removed"] == 1
-    meta = json.loads((tmp_path / "idx" / "ann.json").read_text())
-    assert meta["kind"] == "faiss-hnsw" and len(meta["rows"]) == 201 and len(meta["masked"]) == 1
-    served = Retriever.load(tmp_path / "idx")
+    meta = json.loads((tmp_path / "idx" / "ann.json").read_text())  # the base's index file, as it was
+    assert meta["kind"] == "faiss-hnsw" and len(meta["rows"]) == 200 and counts["delta"] == {"tools": 1, "removed": 1}
+    served = Retriever.load(tmp_path / "idx")  # the delta's row added, the removed one masked
+    assert len(served._ann.row_ids) == 201 and len(served._ann.masked) == 1
     assert "t0" not in {t for row in served.retrieve(QUERIES, 10).ids for t in row}
     assert served.search(_tools(1, start=200)[0].document(), 1)[0].id == "t200"
     assert not encode_folder((tmp_path / "idx").resolve()).exists()  # the chunks go once the index is in place

@@ -73,11 +73,12 @@ from contextlib import contextmanager, suppress
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from toolgraph.data.formats import read_dataset
+from toolgraph.data.formats import Duplicates, read_dataset
 from toolgraph.data.schema import Agent, Tool
 from toolgraph.data.sources.mcp import MAX_TEXT_CHARS, check_size, read_catalog
 from toolgraph.errors import ConfigError, DataError, ToolgraphError, no_space_is_a_data_error
 from toolgraph.files import FolderPutBack, clean_new_copies, clean_old_copies, is_temp_name, swap_folder
+from toolgraph.retrieval import delta_sync
 from toolgraph.retrieval.agents import diff_counts
 from toolgraph.retrieval.base import Retriever
 from toolgraph.retrieval.chunks import rank_and_world
@@ -295,9 +296,10 @@ def carry_user_files(old: Path, new: Path, ours: set[str] | None) -> list[str]:
     return carried
 
 
-def _swap_in(retriever: Retriever, path: Path) -> Path:
+def _swap_in(retriever: Retriever, path: Path, state: dict | None = None) -> Path:
     """Save into a hidden sibling, carry the user's files over, then two renames (``files.swap_folder``;
-    the caller holds the lock, so the unfinished and old copies of a sync that died are nobody else's)."""
+    the caller holds the lock, so the unfinished and old copies of a sync that died are nobody else's).
+    ``state``: the catalog's lines for the next sync's fast path (retrieval/delta_sync.py)."""
     exists = _check_target(path)
     clean_new_copies(path)
     clean_old_copies(path)
@@ -305,6 +307,8 @@ def _swap_in(retriever: Retriever, path: Path) -> Path:
 
     def build(tmp: Path) -> None:
         retriever.save(tmp)
+        if state is not None:
+            delta_sync.write_state(tmp, state)
         if exists:  # after the save: the new manifest does not list the carried files, so they stay the user's
             carry_user_files(path, tmp, ours)
 
@@ -333,14 +337,20 @@ def sync_index(catalog: str | Path, index: str | Path, retriever: Any = None,
     indexes the whole catalog again (``reindexed``: its tool count). Holds the index lock for the whole
     sync (``wait``: see :func:`index_lock`)."""
     skipped: Counter = Counter()
-    tools, agents = read_catalog_any(catalog, on_duplicate, skipped, max_text_chars)
     shown, index = str(index), resolve_index(index)
     rank, world = rank_and_world()
     if rank > 0:  # under torchrun: help rank 0 encode, then leave the index to it
+        tools, agents = read_catalog_any(catalog, on_duplicate, skipped, max_text_chars)
         return {**_help_encode(tools, index, retriever, rank, world), "skipped": dict(skipped), "index": shown}
+    Duplicates("query id", on_duplicate, Counter())  # a bad option fails before anything is read
     with _write_errors(index), index_lock(index, wait):
         recover(index)
         created = not _check_target(index)
+        fast = None if created or world > 1 else delta_sync.plan(catalog, index, max_text_chars)
+        if fast is not None:  # a dense index synced from a dataset folder before: only what changed
+            counts = _fast_sync(fast, index)
+            return {**counts, "skipped": delta_sync.skipped_of(catalog), "created": False, "index": shown}
+        tools, agents = read_catalog_any(catalog, on_duplicate, skipped, max_text_chars)
         if created:
             spec = retriever if retriever is not None else {"name": "t2a"}
             _refuse_untrained(spec)
@@ -348,19 +358,49 @@ def sync_index(catalog: str | Path, index: str | Path, retriever: Any = None,
         else:
             r = load(index)
         chunks = encode_folder(index)  # a dense index encodes its new tools here in chunks: a killed sync resumes
-        try:
-            with embedding_cache_off(), streaming_to(chunks):  # no cache_dir (./.cache/embeddings) is written
-                counts = _sync_retriever(r, tools, agents, created)
-        except ToolgraphError:  # refused (a bad catalog or spec): nothing is left beside the index
-            shutil.rmtree(chunks, ignore_errors=True)
-            raise
-        except BaseException:  # interrupted (SIGTERM, Ctrl-C): the chunks stay for the next sync to resume from
-            if chunks.is_dir() and not any(chunks.glob("chunk-*.safetensors")):
-                shutil.rmtree(chunks, ignore_errors=True)
-            raise
-        _swap_in(r, index)
+        # no cache_dir (./.cache/embeddings) is written
+        with _chunks_kept_if_interrupted(chunks), embedding_cache_off(), streaming_to(chunks):
+            counts = _sync_retriever(r, tools, agents, created)
+        state = delta_sync.catalog_state(catalog, tools, agents, max_text_chars) if type(r) is DenseRetriever else None
+        _swap_in(r, index, state)
         shutil.rmtree(chunks, ignore_errors=True)
     return {**counts, "skipped": dict(skipped), "created": created, "index": shown}
+
+
+def _fast_sync(fast: delta_sync.FastSync, index: Path) -> dict[str, Any]:
+    """Encode what changed, then swap in the old index's files plus a delta (retrieval/delta_sync.py)."""
+    chunks = encode_folder(index)
+    with _chunks_kept_if_interrupted(chunks), embedding_cache_off(), streaming_to(chunks):
+        vectors = fast.encode()
+    if not fast.todo and not fast.leaving and not fast.lines_changed:
+        shutil.rmtree(chunks, ignore_errors=True)
+        return fast.counts  # nothing to write: the served index stays as it is
+    ours = _written_by_us(index)
+    clean_new_copies(index)
+    clean_old_copies(index)
+
+    def build(tmp: Path) -> None:
+        fast.write(vectors, tmp)
+        carry_user_files(index, tmp, ours)
+
+    swap_folder(index, build)
+    shutil.rmtree(chunks, ignore_errors=True)
+    return fast.counts
+
+
+@contextmanager
+def _chunks_kept_if_interrupted(chunks: Path) -> Iterator[None]:
+    """A refused sync (a bad catalog or spec) leaves nothing beside the index; an interrupted one
+    (SIGTERM, Ctrl-C) keeps the chunks it encoded for the next sync to resume from."""
+    try:
+        yield
+    except ToolgraphError:
+        shutil.rmtree(chunks, ignore_errors=True)
+        raise
+    except BaseException:
+        if chunks.is_dir() and not any(chunks.glob("chunk-*.safetensors")):
+            shutil.rmtree(chunks, ignore_errors=True)
+        raise
 
 
 def _help_encode(tools: list[Tool], index: Path, retriever: Any, rank: int, world: int) -> dict[str, Any]:

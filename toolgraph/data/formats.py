@@ -268,7 +268,7 @@ def read_dataset(folder: str | Path, name: str | None = None, on_duplicate: str 
 
     meta_path = folder / "meta.json"
     if meta_path.exists():
-        skipped.update(_meta_skipped(meta_path))
+        skipped.update(meta_skipped(meta_path))
     return ToolDataset(name or folder.name, tools, list(queries.values()), agents, deps, skipped,
                        {"folder": str(folder), "repeated_gold_ids": sum(repeated_gold.values())})
 
@@ -277,15 +277,21 @@ def _read_tools(path: Path) -> tuple[list[Tool], dict[str, int]]:
     tools: list[Tool] = []
     tool_line: dict[str, int] = {}
     for lineno, obj in iter_jsonl(path):
-        _require(obj, _TOOL_FIELDS, path, lineno, {"agent": str, "category": str})
-        unknown = set(obj) - set(_TOOL_FIELDS) - _TOOL_OPTIONAL
-        if unknown:
-            raise DataError(f"unknown field(s) {sorted(unknown)}", path, lineno)
-        if obj["id"] in tool_line:
-            raise DataError(f"duplicate tool id {obj['id']!r} (first on line {tool_line[obj['id']]})", path, lineno)
-        tool_line[obj["id"]] = lineno
-        tools.append(Tool(**obj))
+        tool = tool_record(obj, path, lineno)
+        if tool.id in tool_line:
+            raise DataError(f"duplicate tool id {tool.id!r} (first on line {tool_line[tool.id]})", path, lineno)
+        tool_line[tool.id] = lineno
+        tools.append(tool)
     return tools, tool_line
+
+
+def tool_record(obj: Any, path: Path, lineno: int) -> Tool:
+    """One parsed line of a dataset's ``tools.jsonl`` as a Tool; a bad record is a DataError(file:line)."""
+    _require(obj, _TOOL_FIELDS, path, lineno, {"agent": str, "category": str})
+    unknown = set(obj) - set(_TOOL_FIELDS) - _TOOL_OPTIONAL
+    if unknown:
+        raise DataError(f"unknown field(s) {sorted(unknown)}", path, lineno)
+    return Tool(**obj)
 
 
 def _read_agents(path: Path, tools: list[Tool], tool_line: dict[str, int], tools_path: Path) -> list[Agent]:
@@ -305,7 +311,7 @@ def _read_agents(path: Path, tools: list[Tool], tool_line: dict[str, int], tools
     return agents
 
 
-def _meta_skipped(path: Path) -> dict[str, int]:
+def meta_skipped(path: Path) -> dict[str, int]:
     """meta.json's ``skipped`` counts ({reason: count}); anything else there is ignored."""
     meta = read_json(path)
     skipped = meta.get("skipped", {}) if isinstance(meta, dict) else None

@@ -240,7 +240,7 @@ class Retriever(ABC):
             raise ConfigError(f"{meta_path}: retriever: {e}") from None
         config = cls.parse_config(meta["config"], f"{meta_path}: config")
         r = cls(config)
-        r.tools = read_saved_tools(folder / "tools.jsonl")
+        r.tools = r._read_tools(folder)
         for source, count in (("retriever.json", meta.get("tools")),
                               (MANIFEST, manifest.get("tools") if manifest else None)):
             if count is not None and count != len(r.tools):
@@ -250,6 +250,10 @@ class Retriever(ABC):
         return r
 
     # ---- hooks ------------------------------------------------------------------------------
+    def _read_tools(self, folder: Path) -> list[Tool]:
+        """The saved tools of ``folder`` (before ``_load_state``); a dense index adds its delta's."""
+        return read_saved_tools(folder / "tools.jsonl")
+
     def _build(self) -> None:  # noqa: B027 - optional hook: retrievers that score on the fly have no index
         """(Re)build the index over ``self.tools``."""
 

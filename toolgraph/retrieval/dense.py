@@ -23,12 +23,13 @@ from toolgraph.config import TextEncoderSpec, ToolText, accepts_renamed, bounded
 from toolgraph.errors import ConfigError, DataError, ModelNotFoundError
 from toolgraph.nn.encoder import _MINILM as _NAMED
 from toolgraph.nn.encoder import GENERAL, TextEncoder, check_encoder_folder, load_backbone, model_prompts, resolve_model
-from toolgraph.nn.storage import read_matrix
+from toolgraph.nn.storage import check_width, read_matrix
 from toolgraph.registry import RETRIEVERS
 from toolgraph.retrieval.ann import AnnConfig, AnnIndex
 from toolgraph.retrieval.base import Retriever, RetrieverConfig, natural_key
 from toolgraph.retrieval.cache import EmbeddingCache
 from toolgraph.retrieval.chunks import CHUNK, encode_in_chunks, rank_and_world
+from toolgraph.retrieval.delta import Delta, Merge, read_delta
 from toolgraph.retrieval.encode import encode_texts
 
 _UNCACHED = threading.local()
@@ -116,6 +117,30 @@ class DenseRetriever(Retriever):
         self._raw = torch.zeros(0, 0)  # their vectors as the encoder gave them (tool_vectors, unless a subclass
         # changes them after encoding)
         self._ann: AnnIndex | None = None
+        self._delta: tuple[Delta, Merge] | None = None  # while loading a folder with a delta (retrieval/delta.py)
+
+    @classmethod
+    def for_encoding(cls, folder: str | Path) -> DenseRetriever:
+        """The retriever saved in ``folder`` with its config and encoder but none of its tools: what
+        ``index sync`` encodes a few new tools with, without reading a million saved ones."""
+        folder = Path(folder)
+        meta = json.loads((folder / "retriever.json").read_text(encoding="utf-8"))
+        r = cls(cls.parse_config(meta["config"], f"{folder / 'retriever.json'}: config"))
+        r._base_dir, r._prompts = folder, None
+        r._check_encoder_folder()
+        return r
+
+    def encode_tools(self, tools: list) -> torch.Tensor:
+        """[len(tools), H]: the vectors indexing ``tools`` gives them (each distinct document encoded once;
+        in chunks inside ``streaming_to``)."""
+        docs = [self.prefix("document") + d for d in self.documents(tools)]
+        distinct = list(dict.fromkeys(docs))
+        self.encoded = len(distinct)
+        if not distinct:
+            return torch.zeros(0, self._encoder_width() or 0)
+        fresh = self._embed_documents(distinct)
+        at = {d: i for i, d in enumerate(distinct)}
+        return fresh[[at[d] for d in docs]]
 
     # ---- encoding ---------------------------------------------------------------------------
     @property
@@ -362,24 +387,56 @@ class DenseRetriever(Retriever):
             export_sentence_transformer(self._encoder, self._tokenizer, target, self.config.encoder.max_length,
                                         {k: self.prefix(k) for k in ("query", "document")})
 
+    def _read_tools(self, folder: Path) -> list:
+        """The saved tools, and a delta's applied when the folder has one (retrieval/delta.py)."""
+        tools = super()._read_tools(folder)
+        self._delta = None
+        if type(self) is not DenseRetriever:  # only index sync of a plain dense index writes deltas
+            return tools
+        delta = read_delta(folder)  # its width is checked with the base's, once the encoder folder is
+        if delta is None:
+            return tools
+        merge = Merge.of(tools, delta, folder)
+        self._delta = (delta, merge)
+        self._base_ids = [t.id for t in tools]
+        return merge.tools
+
     def _load_state(self, folder: Path) -> None:
         self._base_dir = folder
         if self._encoder is None:
             self._prompts = None  # read from the saved folder's encoder
         self._check_encoder_folder()
         path = folder / "tool_vectors.safetensors"
-        if path.is_file():
+        delta, self._delta = self._delta, None
+        if delta is None and path.is_file():
+            base_ids = [t.id for t in self.tools]
             self.tool_vectors = read_matrix(path, "tool_vectors", len(self.tools), "tools",
                                             width=self._encoder_width(), width_of="the encoder's")
-            if type(self)._build is DenseRetriever._build:  # saved vectors are the encoder's own: reusable
-                self._raw, self._indexed, self._indexed_by = self.tool_vectors, list(self.tools), "saved"
-            kind = self.index_kind()
-            self._ann = None if kind == "exact" else AnnIndex.load(folder, kind, self.config.ann,
-                                                                   [t.id for t in self.tools])
-            if kind != "exact" and self._ann is None:  # none saved, or built otherwise: build it now
-                self._build_ann(set())
+        elif delta is not None:
+            base_ids, self._base_ids = self._base_ids, None
+            base = read_matrix(path, "tool_vectors", len(base_ids), "tools of tools.jsonl",
+                               width=self._encoder_width(), width_of="the encoder's")
+            check_width(delta[0].vectors, "tool_vectors", base.shape[1] if len(base) else self._encoder_width(),
+                        folder / "delta.safetensors", "tools.jsonl's vectors'")
+            self.tool_vectors = delta[1].vectors(base, delta[0].vectors)
+            del base
         else:
             self._build()
+            return
+        if type(self)._build is DenseRetriever._build:  # saved vectors are the encoder's own: reusable
+            self._raw, self._indexed, self._indexed_by = self.tool_vectors, list(self.tools), "saved"
+        kind = self.index_kind()
+        if kind == "exact":
+            self._ann = None
+            return
+        if delta is not None and kind != self.index_kind(len(base_ids)):
+            self._ann = None  # the delta crossed index: auto's threshold: built below
+        else:
+            self._ann = AnnIndex.load(folder, kind, self.config.ann, base_ids)
+        if self._ann is None:  # none saved, or built otherwise: build it now
+            self._build_ann(set())
+        elif delta is not None:  # the delta's rows added, its removed ones masked
+            self._ann.update(self.tool_vectors, [t.id for t in self.tools], delta[1].changed)
 
     def _encoder_width(self) -> int | None:
         """The width of this retriever's query vectors, known without loading the model: the encoder

@@ -16,15 +16,18 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from contextlib import suppress
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from toolgraph.errors import DataError
 from toolgraph.files import write_text_atomic
 
-__all__ = ["MANIFEST", "check_manifest", "mark_writing", "write_manifest"]
+__all__ = ["DELTA_FILES", "MANIFEST", "add_to_manifest", "check_manifest", "mark_writing", "write_manifest"]
 
 MANIFEST = "manifest.json"
+# written only by index sync's delta write (retrieval/delta.py, delta_sync.py), never by a save
+DELTA_FILES = ("delta.json", "delta.jsonl", "delta.safetensors", "sync-state.json")
 FORMAT = 1
 _RESAVE = "re-save the retriever (or copy the whole folder again)"
 
@@ -49,9 +52,16 @@ def _write(folder: Path, data: dict[str, Any]) -> None:
 
 
 def mark_writing(folder: str | Path) -> None:
-    """Mark ``folder`` as being saved: until ``write_manifest`` ends the save, loading refuses it."""
+    """Mark ``folder`` as being saved: until ``write_manifest`` ends the save, loading refuses it. A
+    delta and sync state that the folder's manifest lists (retrieval/delta.py) describe the save being
+    replaced, so they go first; files the manifest does not list are someone else's and stay."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
+    with suppress(OSError, ValueError, UnicodeDecodeError, AttributeError, TypeError):
+        listed = json.loads((folder / MANIFEST).read_text(encoding="utf-8")).get("files") or {}
+        for name in DELTA_FILES:
+            if name in listed and (folder / name).is_file():
+                os.unlink(folder / name)
     _write(folder, {"format": FORMAT, "status": "writing"})
 
 
@@ -87,23 +97,50 @@ def _encoder_rows(folder: Path) -> int | None:
     return rows if isinstance(rows, int) else None
 
 
-def write_manifest(folder: str | Path, retriever: str, tools: int) -> Path:
-    """Describe every file of the saved ``folder``; written last, so it also marks the save complete."""
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def write_manifest(folder: str | Path, retriever: str, tools: int, linked_from: str | Path | None = None) -> Path:
+    """Describe every file of the saved ``folder``; written last, so it also marks the save complete.
+    ``linked_from``: a saved folder some of these files are hard links of (index sync's delta write):
+    a file that is the very file (same inode) listed there keeps that entry instead of being hashed."""
     folder = Path(folder)
     files: dict[str, dict[str, Any]] = {}
     tensors: dict[str, Any] = {}
     encoders: dict[str, Any] = {}
+    old: dict[str, Any] = {}
+    if linked_from is not None:
+        with suppress(OSError, ValueError, UnicodeDecodeError):
+            old = json.loads((Path(linked_from) / MANIFEST).read_text(encoding="utf-8"))
+        old = old if isinstance(old, dict) and isinstance(old.get("files"), dict) else {"files": {}}
     for p in _files(folder):
         rel = p.relative_to(folder).as_posix()
-        files[rel] = {"size": p.stat().st_size, "sha256": _sha256(p)}
+        entry = old["files"].get(rel) if old else None
+        linked = entry is not None and _same_file(p, Path(linked_from) / rel) and entry.get("size") == p.stat().st_size
+        files[rel] = dict(entry) if linked else {"size": p.stat().st_size, "sha256": _sha256(p)}
         if p.suffix == ".safetensors":
-            tensors[rel] = _tensor_header(p)
+            tensors[rel] = (old.get("tensors") or {}).get(rel) if linked else None
+            tensors[rel] = tensors[rel] or _tensor_header(p)
         if p.name == "config.json" and (rows := _encoder_rows(p.parent)) is not None:
             encoders[p.parent.relative_to(folder).as_posix()] = {"vocab_size": _count_vocabulary(p.parent),
                                                                  "embedding_rows": rows}
     _write(folder, {"format": FORMAT, "retriever": retriever, "tools": tools, "files": files,
                     "tensors": tensors, "encoders": encoders})
     return folder / MANIFEST
+
+
+def add_to_manifest(folder: str | Path, names: list[str]) -> None:
+    """List the files ``names`` (written into a saved ``folder`` after its save) in its manifest, the
+    other entries kept as they are (no file hashed again)."""
+    folder = Path(folder)
+    m = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    for name in names:
+        m["files"][name] = {"size": (folder / name).stat().st_size, "sha256": _sha256(folder / name)}
+    _write(folder, m)
 
 
 def _relative(name: Any, manifest: Path) -> str:

@@ -167,3 +167,61 @@ def test_a_delta_the_manifest_does_not_list_is_not_applied(tiny_bert_dir, tmp_pa
     Retriever.save(r, tmp_path / "idx")  # the base class's save: no clean-up of its own
     shutil.copy(tmp_path / "delta.json", tmp_path / "idx" / DELTA_META)  # a stale copy, not listed
     assert len(Retriever.load(tmp_path / "idx").tools) == 100
+
+
+def test_a_delta_sync_keeps_the_user_s_files_and_a_changed_agents_file_takes_the_full_sync(tiny_bert_dir, tmp_path):
+    from toolgraph.data.schema import Agent
+
+    tools = _tools(100)
+    agents = [Agent(f"server{i}", f"server {i}") for i in range(7)]
+    sync_index(write_dataset(ToolDataset("c", tools, [], agents), tmp_path / "c"), tmp_path / "idx",
+               _spec(tiny_bert_dir))
+    (tmp_path / "idx" / "README.md").write_text("my notes\n")
+    counts = sync_index(write_dataset(ToolDataset("c", tools + _tools(1, start=100), [], agents), tmp_path / "c"),
+                        tmp_path / "idx")
+    assert "delta" in counts and (tmp_path / "idx" / "README.md").read_text() == "my notes\n"
+    agents[0] = Agent("server0", "renamed server")
+    counts = sync_index(write_dataset(ToolDataset("c", tools + _tools(2, start=100), [], agents), tmp_path / "c"),
+                        tmp_path / "idx")
+    assert "delta" not in counts and counts["added"] == 1  # another agents.jsonl: read in full
+    assert (tmp_path / "idx" / "README.md").read_text() == "my notes\n"
+    assert not (tmp_path / "idx" / DELTA_META).exists()
+
+
+def test_a_running_server_swaps_in_the_delta_index(tiny_bert_dir, tmp_path):
+    from toolgraph.serving import LiveIndex
+
+    tools = _tools(80)
+    sync_index(_catalog(tmp_path / "c", tools), tmp_path / "idx", _spec(tiny_bert_dir, "faiss-ivf"))
+    live = LiveIndex(tmp_path / "idx", check_every=0).start()
+    try:
+        assert live.wait_loaded(120)
+        new = Tool("volcano", "volcano alerts", "eruption warnings for a volcano", agent="server1")
+        counts = sync_index(_catalog(tmp_path / "c", tools + [new]), tmp_path / "idx")
+        assert counts["delta"] == {"tools": 1, "removed": 0}
+        assert live.reload_if_replaced() and live.health()["tools"] == 81
+        assert live.search_tools(new.document(), 1)[0]["id"] == "volcano"
+    finally:
+        live.close()
+
+
+def test_reading_a_big_tools_file_pauses_the_collector_and_freezes_what_it_made(tmp_path, monkeypatch):
+    import gc
+
+    from toolgraph.data import formats
+    from toolgraph.retrieval.base import read_saved_tools
+
+    path = tmp_path / "tools.jsonl"
+    path.write_text("".join(json.dumps(t.to_dict()) + "\n" for t in _tools(30)))
+    gc.unfreeze()
+    assert len(read_saved_tools(path)) == 30 and gc.isenabled() and gc.get_freeze_count() == 0  # small: no freeze
+    monkeypatch.setattr(formats, "BIG_FILE_RECORDS", 20)
+    try:
+        assert len(read_saved_tools(path)) == 30 and gc.isenabled() and gc.get_freeze_count() > 0
+        gc.unfreeze()
+        path.write_text(path.read_text() + "{not json\n")
+        with pytest.raises(DataError, match="tools.jsonl:31"):
+            read_saved_tools(path)
+        assert gc.isenabled() and gc.get_freeze_count() == 0  # a failed read leaves the collector as it was
+    finally:
+        gc.unfreeze()

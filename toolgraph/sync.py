@@ -11,6 +11,11 @@ the tools whose fields changed or are new), and a FAISS index of it (``index: fa
 auto``) is updated in place. Any other retriever that indexes a catalog (bm25, tgr, tool2vec, ...)
 indexes the whole catalog again (``reindexed`` in the counts).
 
+Base + delta: a plain ``dense`` index synced from a dataset folder records the catalog's lines
+(``sync-state.json``); the next sync reads only the lines it has not seen and writes the new index as
+the old one's files, hard-linked, plus a delta of what changed (retrieval/delta_sync.py; past 10 % of
+the base, or whenever the fast read cannot place a line, the full sync runs and writes one base).
+
 Streaming encode: a dense index encodes in resumable chunks (``chunk_size`` tools, retrieval/chunks.py)
 under ``.NAME.encode`` beside the index, so a sync killed while encoding a large catalog resumes where
 it stopped; the folder is deleted once the new index is in place. Under ``torchrun --nproc_per_node=N``

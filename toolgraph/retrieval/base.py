@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 import torch
 
 from toolgraph.config import ToolText, check_values, from_dict, to_saved
-from toolgraph.data.formats import iter_jsonl, read_json
+from toolgraph.data.formats import gc_paused, iter_jsonl, read_json
 from toolgraph.data.schema import Tool, ToolDataset, natural_key
 from toolgraph.errors import ConfigError, DataError
 from toolgraph.registry import RETRIEVERS
@@ -278,18 +278,20 @@ def read_saved_tools(path: Path) -> list[Tool]:
     """The tools of a saved retriever's ``tools.jsonl``; a bad line is a DataError naming file:line."""
     tools: list[Tool] = []
     seen: dict[str, int] = {}
-    for lineno, obj in iter_jsonl(path):
-        try:
-            tool = Tool(**obj) if isinstance(obj, dict) else None
-        except TypeError as e:
-            raise DataError(f"not a tool record ({e}); re-save the retriever", path, lineno) from None
-        if tool is None or not isinstance(tool.id, str):
-            raise DataError("not a tool record (expected an object with id, name, description); re-save the "
-                            "retriever", path, lineno)
-        if tool.id in seen:
-            raise DataError(f"duplicate tool id {tool.id!r} (first on line {seen[tool.id]})", path, lineno)
-        seen[tool.id] = lineno
-        tools.append(tool)
+    with gc_paused() as paused:  # a million records: no ever longer full collections while they are made
+        for lineno, obj in iter_jsonl(path):
+            try:
+                tool = Tool(**obj) if isinstance(obj, dict) else None
+            except TypeError as e:
+                raise DataError(f"not a tool record ({e}); re-save the retriever", path, lineno) from None
+            if tool is None or not isinstance(tool.id, str):
+                raise DataError("not a tool record (expected an object with id, name, description); re-save the "
+                                "retriever", path, lineno)
+            if tool.id in seen:
+                raise DataError(f"duplicate tool id {tool.id!r} (first on line {seen[tool.id]})", path, lineno)
+            seen[tool.id] = lineno
+            tools.append(tool)
+        paused.freeze(len(tools))
     return tools
 
 

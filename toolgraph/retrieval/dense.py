@@ -117,7 +117,8 @@ class DenseRetriever(Retriever):
         self._raw = torch.zeros(0, 0)  # their vectors as the encoder gave them (tool_vectors, unless a subclass
         # changes them after encoding)
         self._ann: AnnIndex | None = None
-        self._delta: tuple[Delta, Merge] | None = None  # while loading a folder with a delta (retrieval/delta.py)
+        # while loading a folder with a delta (retrieval/delta.py): it, how it merges, the base's ids
+        self._delta: tuple[Delta, Merge, list[str]] | None = None
 
     @classmethod
     def for_encoding(cls, folder: str | Path) -> DenseRetriever:
@@ -397,8 +398,7 @@ class DenseRetriever(Retriever):
         if delta is None:
             return tools
         merge = Merge.of(tools, delta, folder)
-        self._delta = (delta, merge)
-        self._base_ids = [t.id for t in tools]
+        self._delta = (delta, merge, [t.id for t in tools])
         return merge.tools
 
     def _load_state(self, folder: Path) -> None:
@@ -413,7 +413,7 @@ class DenseRetriever(Retriever):
             self.tool_vectors = read_matrix(path, "tool_vectors", len(self.tools), "tools",
                                             width=self._encoder_width(), width_of="the encoder's")
         elif delta is not None:
-            base_ids, self._base_ids = self._base_ids, None
+            base_ids = delta[2]
             base = read_matrix(path, "tool_vectors", len(base_ids), "tools of tools.jsonl",
                                width=self._encoder_width(), width_of="the encoder's")
             check_width(delta[0].vectors, "tool_vectors", base.shape[1] if len(base) else self._encoder_width(),

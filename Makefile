@@ -16,7 +16,7 @@ export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export WANDB_MODE ?= disabled
 
-.PHONY: install lock demo test test-fast bench lint clean st-env docs
+.PHONY: install lock demo test test-fast bench lint clean st-env docs general
 
 $(STAMP): pyproject.toml $(LOCK)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -49,6 +49,11 @@ test: lint
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not gpu and not slow and not distributed" $(PYTEST_ARGS)
+
+# the general tool retriever (docs/general.md): configs/general.yaml trained (41 min on 2 CPU cores), then
+# installed where the name toolgraph-general resolves ($TOOLGRAPH_MODELS, default ~/.cache/toolgraph/models)
+general: $(STAMP)
+	$(BIN)/toolgraph models build general
 
 # results tables on real data (minutes to hours; writes benchmarks/results/*.json and the tables in docs/)
 bench: $(STAMP)

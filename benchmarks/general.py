@@ -221,29 +221,10 @@ def mcp_rows(args: argparse.Namespace) -> None:
 
 
 def install(run: Path) -> None:
-    """run/retriever/encoder (a sentence-transformers folder) and its model card -> general_model_dir(),
-    swapped in whole; from then on ``model: toolgraph-general`` (the t2a default, the MCP server's index)
-    loads it."""
-    import shutil
+    """The run's exported encoder installed as toolgraph-general (``toolgraph models install general``)."""
+    from toolgraph.models import install_model
 
-    from toolgraph.evaluation import check_output_folder
-    from toolgraph.files import swap_folder
-    from toolgraph.nn.encoder import general_model_dir
-
-    source = run / "retriever" / "encoder"
-    if not (source / "config.json").is_file():
-        raise SystemExit(f"{source}: no exported encoder (train first: python train.py --config configs/general.yaml)")
-    dest = general_model_dir()
-    dest.parent.mkdir(parents=True, exist_ok=True)
-
-    def build(tmp: Path) -> None:
-        shutil.copytree(source, tmp, dirs_exist_ok=True)
-        if (run / "retriever" / "README.md").is_file():
-            shutil.copy(run / "retriever" / "README.md", tmp / "README.md")
-
-    check_output_folder(dest, "toolgraph-general", ("modules.json",))  # never over someone else's folder
-    swap_folder(dest, build)
-    print(f"installed {source} as toolgraph-general: {dest}")
+    install_model("general", run)
 
 
 def chosen_alpha(rows: list[dict]) -> tuple[str, dict[str, float]]:

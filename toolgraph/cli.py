@@ -409,6 +409,19 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 1 if any(c.status == "missing" for c in checks) else 0
 
 
+def cmd_models(args: argparse.Namespace) -> int:
+    """toolgraph models build NAME [key=value ...] | models install NAME --run RUN (toolgraph/models.py)."""
+    from toolgraph.models import build_model, install_model
+
+    if args.action == "build":
+        build_model(args.name, args.config, args.overrides)
+    else:
+        if args.overrides:
+            raise ConfigError(f"models install: no key=value overrides (got {args.overrides[0]!r}); give --run RUN")
+        install_model(args.name, args.run)
+    return 0
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from toolgraph.evaluation import format_table
     from toolgraph.runs import read_results
@@ -574,6 +587,15 @@ def build_parser() -> argparse.ArgumentParser:
     en.add_argument("--sif", type=float, default=1e-3, help="SIF constant a of the token weights a/(a+p)")
     en.add_argument("--drop", type=_count, default=16, help="principal components removed from the table")
     en.set_defaults(fn=cmd_encoder)
+
+    mo = sub.add_parser("models", help="build (train + install) or install a model toolgraph ships by name: general")
+    mo.add_argument("action", choices=["build", "install"])
+    mo.add_argument("name", choices=["general"], help="general: toolgraph-general (docs/general.md)")
+    mo.add_argument("overrides", nargs="*", help="build: training config key=value (trainer.max_steps=100 out_dir=...)")
+    mo.add_argument("--config", default=None, help="build: another training config (default: the model's recipe, "
+                                                      "configs/general.yaml)")
+    mo.add_argument("--run", default="runs/general", help="install: the run folder whose retriever/encoder to install")
+    mo.set_defaults(fn=cmd_models)
 
     dr = sub.add_parser("doctor", help="versions, devices, data and model paths, and the fix for what is missing")
     dr.add_argument("--json", action="store_true", help="the checks as JSON")

@@ -149,7 +149,7 @@ def model_checks() -> list[Check]:
     general = general_model_dir()
     out.append(Check("ok", GENERAL, str(general) if (general / "config.json").is_file() else
                      f"not installed ({general}; optional): t2a and new MCP indexes use all-MiniLM-L6-v2; to install: "
-                     "python train.py --config configs/general.yaml && python benchmarks/general.py install"))
+                     "toolgraph models build general (or make general)"))
     offline = {k: os.environ.get(k, "") for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
     on = all(v == "1" for v in offline.values())
     out.append(Check("ok" if on else "warn", "offline", " ".join(f"{k}={v or '(unset)'}" for k, v in offline.items())

@@ -30,7 +30,7 @@ GENERAL = "toolgraph-general"  # the general tool retriever (docs/general.md), b
 
 def general_model_dir() -> Path:
     """Where ``toolgraph-general`` is installed: ``$TOOLGRAPH_MODELS/toolgraph-general`` (default
-    ``~/.cache/toolgraph/models``); ``python benchmarks/general.py install`` puts it there."""
+    ``~/.cache/toolgraph/models``); ``toolgraph models build general`` puts it there."""
     return Path(os.environ.get("TOOLGRAPH_MODELS") or "~/.cache/toolgraph/models").expanduser() / GENERAL
 
 
@@ -54,7 +54,7 @@ def resolve_model(name: str) -> str:
             _say_once(f"{GENERAL}: the general tool retriever at {folder}")
             return str(folder)
         _say_once(f"{GENERAL} is not installed ({folder}): using all-MiniLM-L6-v2 instead "
-                  "(docs/general.md: python benchmarks/general.py install)")
+                  "(docs/general.md: toolgraph models build general)")
         return resolve_model("all-MiniLM-L6-v2")
     if name in _MINILM:
         from huggingface_hub import try_to_load_from_cache

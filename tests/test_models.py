@@ -1,0 +1,52 @@
+"""toolgraph models build / install general (toolgraph/models.py): the shipped recipe trained a few steps
+with the tiny BERT on a real dataset, installed where toolgraph-general resolves, then used by name."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from toolgraph.cli import main
+
+
+@pytest.fixture
+def models_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("TOOLGRAPH_MODELS", str(tmp_path / "models"))
+    return tmp_path / "models" / "toolgraph-general"
+
+
+def test_models_build_general_trains_the_recipe_and_installs_it_by_name(models_home, tiny_bert_dir, data_root,
+                                                                      tmp_path, capsys):
+    from toolgraph.nn.encoder import GENERAL, resolve_model
+
+    out = tmp_path / "run"
+    main(["models", "build", "general", f"model.encoder={tiny_bert_dir}", "data.options.datasets=[api-bank]",
+          "trainer.max_steps=12", "data.batch_size=8", "data.max_query_length=24", "data.max_tool_length=24",
+          "trainer.enable_progress_bar=false", "trainer.accelerator=cpu", "trainer.devices=1", f"out_dir={out}"])
+    said = capsys.readouterr().out
+    assert "training 12 steps" in said and "2,464 s" in said  # the recipe's measured time, before it starts
+    assert "s a step on this machine, about" in said  # and the time left here, from the steps so far
+    assert (models_home / "config.json").is_file() and (models_home / "modules.json").is_file()
+    assert resolve_model(GENERAL) == str(models_home)
+    card = (out / "retriever" / "README.md")
+    assert not card.is_file() or (models_home / "README.md").read_text() == card.read_text()
+    # installed again from the same run: swapped in whole
+    main(["models", "install", "general", "--run", str(out)])
+    assert (models_home / "config.json").is_file()
+
+
+def test_models_install_refuses_a_run_without_an_encoder_and_a_folder_that_is_not_a_model(models_home, tmp_path,
+                                                                                          capsys):
+    assert main(["models", "install", "general", "--run", str(tmp_path / "nothing")]) == 2
+    assert "nothing/retriever/encoder: no exported encoder here" in capsys.readouterr().err
+    run = tmp_path / "run" / "retriever" / "encoder"
+    run.mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps({"model_type": "bert"}))
+    models_home.mkdir(parents=True)
+    (models_home / "my-notes.txt").write_text("mine\n")
+    assert main(["models", "install", "general", "--run", str(tmp_path / "run")]) == 2
+    assert "toolgraph did not write" in capsys.readouterr().err
+    assert (models_home / "my-notes.txt").read_text() == "mine\n" and not (models_home / "config.json").exists()
+    assert main(["models", "install", "general", "x=1"]) == 2
+    assert "no key=value" in capsys.readouterr().err

@@ -146,6 +146,10 @@ RULES: list[tuple[str, str, tuple[str, ...]]] = [
     # docs/agents-and-serving.md "Registry scale": the static encoder and the streaming / split sync (tests/test_scale.py)
     (r"^toolgraph encoder static ", "covered",
      ("test_static_encoder.py::test_the_cli_distils_one_with_weights_counted_on_the_real_catalogs",)),
+    # docs/general.md "Serving it by name": the shipped recipe a few steps on the tiny model, installed (tests/test_models.py)
+    (r"^toolgraph models (build|install) general( |$)", "covered",
+     ("test_models.py::test_models_build_general_trains_the_recipe_and_installs_it_by_name",
+      "test_models.py::test_models_install_refuses_a_run_without_an_encoder_and_a_folder_that_is_not_a_model")),
     (r"^torchrun --standalone --nproc_per_node=\d+ -m toolgraph\.cli index sync ", "covered",
      ("test_scale.py::test_torchrun_splits_a_sync_s_encoding_over_two_ranks",)),
     (r"^python benchmarks/\w+\.py( |$)", "resolve", ()),

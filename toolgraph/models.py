@@ -79,15 +79,13 @@ def _estimate_callback():
             step, total = trainer.global_step, trainer.max_steps
             if not trainer.is_global_zero or total is None or total <= 0:
                 return
-            if self.start is None:
+            if self.start is None:  # the first batch (its set-up included) starts the clock
                 self.start = (time.monotonic(), step)
-                self.said.add(step * 10 // total)
                 return
-            done = step - self.start[1]
-            moment = "first" if done >= self.first else None
-            if done <= 0 or (moment in self.said and step * 10 // total in self.said):
-                return
-            self.said.update({moment, step * 10 // total})
+            done, tenth = step - self.start[1], step * 10 // total
+            if done < self.first or (self.said and tenth in self.said):
+                return  # after the first steps, then once a tenth
+            self.said.add(tenth)
             per = (time.monotonic() - self.start[0]) / done
             print(f"step {step}/{total}: {per:.2f} s a step on this machine, about {per * (total - step) / 60:.1f} "
                   "min left", flush=True)

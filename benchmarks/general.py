@@ -46,10 +46,11 @@ LODO_SETS = ("toollens", "metatool", "api-bank", "seal-tools", "nestools", "ultr
 KEEP = ("recall@1", "recall@3", "recall@5", "recall@10", "ndcg@5", "ndcg@10", "mrr")
 
 
-def baseline(method: str, dataset: str) -> dict:
+def baseline(method: str, dataset: str, encoder: str = "all-MiniLM-L6-v2") -> dict:
+    """The zero-shot test metrics of BM25 or a dense encoder (``encoder``) from baselines.json."""
     rows = json.loads((RESULTS / "baselines.json").read_text())["rows"]
     found = [r for r in rows if r["method"] == method and r["dataset"] == dataset and r["setting"] == "zero-shot"
-             and r["split"] == "test"]
+             and r["split"] == "test" and (method != "dense" or r.get("encoder") == encoder)]
     return found[0]["metrics"] if found else {}
 
 

@@ -20,10 +20,11 @@ from results_io import README, RESULTS, ROOT, page_path, write_block  # noqa: E4
 
 PAGE = README
 DATASET = "toollens"
-# (results file, method, setting, label in the table, page with the details, relative to the repo root)
+# (results file, method, setting, label in the table, page with the details, relative to the repo root);
+# method@encoder: the row of that encoder (baselines.json holds a dense row per encoder)
 ROWS = [
     ("baselines", "bm25", "zero-shot", "BM25", "docs/dense.md"),
-    ("baselines", "dense", "zero-shot", "all-MiniLM-L6-v2 (dense)", "docs/dense.md"),
+    ("baselines", "dense@all-MiniLM-L6-v2", "zero-shot", "all-MiniLM-L6-v2 (dense)", "docs/dense.md"),
     ("baselines", "tool2vec", "zero-shot", "Tool2Vec over MiniLM", "docs/usage-and-rerank.md"),
     ("usage_rerank", "query_knn", "zero-shot, 10 neighbours", "query neighbours over MiniLM (10 nearest training queries vote)",
      "docs/usage-and-rerank.md"),
@@ -46,7 +47,9 @@ METRICS = ("recall@3", "recall@5", "ndcg@5", "pass@5", "mrr")
 
 def _row(name: str, method: str, setting: str) -> dict:
     rows = json.loads((RESULTS / f"{name}.json").read_text())["rows"]
-    found = [r for r in rows if (r["method"], r["dataset"], r["setting"]) == (method, DATASET, setting)]
+    method, _, encoder = method.partition("@")
+    found = [r for r in rows if (r["method"], r["dataset"], r["setting"]) == (method, DATASET, setting)
+             and (not encoder or r.get("encoder") == encoder)]
     if len(found) != 1:
         raise SystemExit(f"{name}.json: expected one {method} / {DATASET} / {setting} row, found {len(found)}")
     return found[0]

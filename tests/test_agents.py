@@ -99,6 +99,25 @@ def test_score_fusion_by_hand_normalises_over_the_entities_ranked(mcp, tiny_bert
     assert f.retrieve(QUERIES, 5).ids == alone.retrieve(QUERIES, 5).ids
 
 
+
+def test_the_default_is_score_fusion_at_the_val_chosen_weight_and_rrf_keeps_equal_votes(mcp, tiny_bert_dir):
+    """A t2a config that names neither scorer nor weight fuses min-max scores with BM25 at 0.3; rrf
+    without a weight keeps 1.0 (the rule measured before); a weight given is used by either."""
+    from toolgraph.retrieval.agents import AgentRetrieverConfig
+
+    assert (AgentRetrieverConfig().scorer, AgentRetrieverConfig().bm25_share()) == ("score", 0.3)
+    assert AgentRetrieverConfig(scorer="rrf").bm25_share() == 1.0
+    assert AgentRetrieverConfig(scorer="rrf", bm25_weight=0.5).bm25_share() == 0.5
+    assert AgentRetrieverConfig(bm25_weight=0.0).bm25_share() == 0.0
+    default = fitted("t2a", mcp, tiny_bert_dir)
+    explicit = fitted("t2a", mcp, tiny_bert_dir, scorer="score", bm25_weight=0.3)
+    rrf = fitted("t2a", mcp, tiny_bert_dir, scorer="rrf")
+    equal = fitted("t2a", mcp, tiny_bert_dir, scorer="rrf", bm25_weight=1.0)
+    mask = default._mask(True, True)
+    assert torch.equal(default.entity_scores(QUERIES, mask), explicit.entity_scores(QUERIES, mask))
+    assert torch.equal(rrf.entity_scores(QUERIES, mask), equal.entity_scores(QUERIES, mask))
+    assert not torch.allclose(default.entity_scores(QUERIES, mask), rrf.entity_scores(QUERIES, mask))
+
 def test_bm25_t2a_finds_the_owner(mcp, tiny_bert_dir):
     r = fitted("t2a", mcp, tiny_bert_dir, scorer="bm25")
     top = r.retrieve_agents(QUERIES, 2).ids

@@ -14,8 +14,9 @@ with the package version. Any saved retriever serves tools; agents come from an 
 
 Scores: one scale for both tools, the retriever's own score of an entity. For an agent router (t2a,
 agent_only, tool_only, mcp_zero) that is the entity's fused score in the one joint ranking of all tools
-and agents of the index (``scorer: rrf``: sum over the dense and BM25 rankings of 1 / (rrf_k + rank),
-at most 2 / 61 ≈ 0.033 with the default ``rrf_k`` 60; ``dense``: cosine; ``bm25``: BM25), and an agent's
+and agents of the index (``scorer: score``, the default: dense + bm25_weight x BM25 of the min-max
+normalised scores, 0 to 1.3; ``rrf``: sum over the dense and BM25 rankings of 1 / (rrf_k + rank), at
+most 2 / 61 ≈ 0.033 with the default ``rrf_k`` 60; ``dense``: cosine; ``bm25``: BM25), and an agent's
 score is its best entity's (itself or one of its tools). The order is the retriever's (t2a puts the
 tools of the ``route_agents`` best agents first), so ``rank`` is the answer's order and a tool further
 down may score higher. For any other retriever a tool's score is the retriever's and an agent's that of

@@ -14,9 +14,10 @@ the same entity texts; they differ only in which entities rank an agent:
   ``(s_server * s_tool) * max(s_server, s_tool)`` over its tools (cosines clipped at 0; dense only;
   MCP-Zero lets the model write separate server and tool requests — here both are the query).
 
-Entity scores (``scorer``): ``dense`` (cosine), ``bm25``, ``score`` — each member's scores min-max
-normalised per query over the entities ranked, then ``dense_weight * dense + bm25_weight * bm25``
-(the fusion retriever's ``method: score``) — ``rrf`` — reciprocal rank fusion
+Entity scores (``scorer``): ``dense`` (cosine), ``bm25``, ``score`` (the default) — each member's
+scores min-max normalised per query over the entities ranked, then ``dense_weight * dense +
+bm25_weight * bm25`` (the fusion retriever's ``method: score``; bm25_weight 0.3 unless given, the
+weight chosen on the datasets' val splits) — ``rrf`` — reciprocal rank fusion
 sum_m w_m / (rrf_k + rank_m) of the dense and BM25 rankings — or ``weighted_rrf``, which also
 weights each entity by its type (``agent_weight`` / ``tool_weight``, as Agent-as-a-Graph does).
 
@@ -54,6 +55,7 @@ from toolgraph.errors import ConfigError, DataError
 from toolgraph.nn.storage import read_matrix, read_tensors
 from toolgraph.registry import RETRIEVERS
 from toolgraph.retrieval.base import Ranking, Retriever, RetrieverConfig
+from toolgraph.retrieval.fusion_model import normalise
 from toolgraph.retrieval.manifest import mark_writing
 from toolgraph.retrieval.pipeline import _save_with
 from toolgraph.retrieval.progress import batches
@@ -63,6 +65,11 @@ from toolgraph.retrieval.topk import topk
 NONE = -1.0e9  # score of an agent with no entity (no tools, not indexed)
 
 
+# BM25's weight beside dense (1.0) when bm25_weight is not given. score: 0.3, the weight the datasets' val
+# splits choose leave-one-dataset-out (benchmarks/general_hybrid.py; docs/general.md, "Dense + BM25": mean
+# val R@5 0.558 over the 7 datasets with a val split, RRF 0.543); rrf / weighted_rrf: equal votes
+BM25_WEIGHT = {"score": 0.3, "rrf": 1.0, "weighted_rrf": 1.0}
+
 # the general tool retriever when it is installed, MiniLM otherwise (nn/encoder.py says which on stderr)
 DEFAULT_DENSE = {"name": "dense", "encoder": {"name": "toolgraph-general", "max_length": 128}}
 
@@ -71,10 +78,10 @@ DEFAULT_DENSE = {"name": "dense", "encoder": {"name": "toolgraph-general", "max_
 class AgentRetrieverConfig(RetrieverConfig):
     name: str = "t2a"
     dense: Any = None  # dense retriever: path or config dict (None: DEFAULT_DENSE)
-    scorer: Literal["dense", "bm25", "score", "rrf", "weighted_rrf"] = "rrf"
+    scorer: Literal["dense", "bm25", "score", "rrf", "weighted_rrf"] = "score"
     rrf_k: int = bounded(60, ge=0)
     dense_weight: float = bounded(1.0, ge=0)
-    bm25_weight: float = bounded(1.0, ge=0)
+    bm25_weight: float | None = bounded(None, ge=0)  # None: the scorer's own default (BM25_WEIGHT)
     agent_weight: float = bounded(1.0, ge=0)  # weighted_rrf: weight of agent entities
     tool_weight: float = bounded(1.0, ge=0)  # weighted_rrf: weight of tool entities
     agent_text: Literal["description", "description+tools"] = "description"  # +tools: lists its tool names
@@ -84,6 +91,10 @@ class AgentRetrieverConfig(RetrieverConfig):
 
     retriever_slots: ClassVar[tuple[str, ...]] = ("dense",)  # an inline dense config: renamed keys by its name
 
+    def bm25_share(self) -> float:
+        """BM25's weight beside dense: ``bm25_weight``, or the scorer's default when it is None."""
+        return self.bm25_weight if self.bm25_weight is not None else BM25_WEIGHT.get(self.scorer, 1.0)
+
 
 def diff_counts(old: dict[str, Any], new: dict[str, Any]) -> dict[str, int]:
     """added / removed / updated / unchanged between two catalogs keyed by id, their entries compared
@@ -92,15 +103,6 @@ def diff_counts(old: dict[str, Any], new: dict[str, Any]) -> dict[str, int]:
     added = sum(k not in old for k in new)
     return {"added": added, "removed": sum(k not in new for k in old), "updated": len(new) - added - unchanged,
             "unchanged": unchanged}
-
-
-def minmax_within(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """[Q, E] scores rescaled per query to [0, 1] over the entities in ``mask`` (the others do not
-    count towards the range); a row with one value throughout (no evidence) becomes zeros."""
-    lo = scores.masked_fill(~mask, float("inf")).min(dim=1, keepdim=True).values
-    hi = scores.masked_fill(~mask, float("-inf")).max(dim=1, keepdim=True).values
-    span = hi - lo
-    return torch.where(span > 0, (scores - lo) / span.clamp_min(1e-12), torch.zeros_like(scores))
 
 
 class AgentRetriever(Retriever):
@@ -242,9 +244,9 @@ class AgentRetriever(Retriever):
         c = self.config
         if c.scorer in raw:  # dense or bm25 alone
             return raw[c.scorer].masked_fill(~mask, NONE)
-        weights = {"dense": c.dense_weight, "bm25": c.bm25_weight}
+        weights = {"dense": c.dense_weight, "bm25": c.bm25_share()}
         if c.scorer == "score":
-            fused = sum(weights[m] * minmax_within(s, mask) for m, s in raw.items())
+            fused = sum(weights[m] * normalise(s, "minmax", mask) for m, s in raw.items())
             return fused.masked_fill(~mask, NONE)
         fused = sum(weights[m] / (c.rrf_k + ranks(s.masked_fill(~mask, NONE)).float()) for m, s in raw.items())
         if c.scorer == "weighted_rrf":

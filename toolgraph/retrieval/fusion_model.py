@@ -31,15 +31,16 @@ FEATURES = ("score", "inv_rank", "conf", "score_x_conf", "score_x_log_n")
 CONF_AT = 10  # conf: 1 - the CONF_AT-th best normalised score
 
 
-def normalise(scores: torch.Tensor, how: str) -> torch.Tensor:
+def normalise(scores: torch.Tensor, how: str, mask: torch.Tensor | None = None) -> torch.Tensor:
     """[Q, N] scores rescaled per query (row): ``minmax`` to [0, 1], ``max`` divided by the row's best
-    score, ``none`` unchanged. A constant row (no evidence) becomes zeros, never NaN."""
+    score, ``none`` unchanged. A constant row (no evidence) becomes zeros, never NaN. ``mask`` [Q, N]:
+    only its entries set the row's range (the others are rescaled on it, and left to the caller)."""
     if how == "none":
         return scores
-    hi = scores.max(dim=1, keepdim=True).values
+    hi = (scores if mask is None else scores.masked_fill(~mask, float("-inf"))).max(dim=1, keepdim=True).values
     if how == "max":
         return torch.where(hi > 0, scores / hi.clamp_min(1e-12), torch.zeros_like(scores))
-    lo = scores.min(dim=1, keepdim=True).values
+    lo = (scores if mask is None else scores.masked_fill(~mask, float("inf"))).min(dim=1, keepdim=True).values
     span = hi - lo
     return torch.where(span > 0, (scores - lo) / span.clamp_min(1e-12), torch.zeros_like(scores))
 

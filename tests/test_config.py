@@ -258,7 +258,7 @@ RESOLVED_RECIPES = {
     "discriminator.yaml": "56606c6a6959",
     "discriminator_cross.yaml": "1f3c64d4026d",
     "discriminator_pretrain.yaml": "ed70e1513227",
-    "general.yaml": "f56846e16a10",
+    "general.yaml": "16dc86a0fb01",
     "general_top2.yaml": "39e5283338ad",
     "graph_toollens.yaml": "f13226899dde",
     "index_train.yaml": "897cf4f76a14",

@@ -215,3 +215,58 @@ def test_full_catalog_loss_module_scores_the_bank_with_the_batch_tools_re_encode
     assert len(rows) == 2 and set(rows.tolist()) <= {0, 1, 4}
     with pytest.raises(RuntimeError, match="no bank"):
         one(lambda r: model(x_q[r]), lambda r: model(catalog[r]), batch)
+
+
+def test_a_mixture_bank_is_refreshed_one_dataset_at_a_time():
+    """With groups, a batch re-encodes only its own dataset's rows, when never encoded or ``every`` old on
+    the step clock; the other datasets' rows are left as they are, and the loss equals one over a bank
+    refreshed whole (other datasets' rows are masked out either way)."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(6, 4)
+    catalog, x_q = torch.randn(10, 6), torch.randn(2, 6)
+    groups = torch.tensor([0] * 6 + [1] * 4)
+    gold0, gold1 = torch.tensor([[2, -1]]), torch.tensor([[7, -1], [9, -1]])
+    batch = {"gold": gold1, "doc_tools": torch.tensor([7, 9]), "positive": torch.tensor([0, 1])}  # dataset 1
+    loss_fn = FullCatalogNCE(0.1, multi_positive=True)
+    loss_fn.groups = groups
+    rows = loss_fn.due(gold1, step=0, every=5)
+    assert rows.tolist() == [6, 7, 8, 9]  # nothing encoded yet: its own dataset's rows only
+    with torch.no_grad():
+        loss_fn.refresh(model(catalog[rows]), 0, rows)
+    assert loss_fn.bank.shape == (10, 4) and (loss_fn.bank[:6] == 0).all()  # dataset 0: not encoded yet
+    assert loss_fn.due(gold1, 4, 5) is None and loss_fn.due(gold1, 5, 5).tolist() == [6, 7, 8, 9]
+    assert loss_fn.due(gold1, 9, 5) is None  # marked refreshed at step 5
+    assert loss_fn.due(gold0, 9, 5).tolist() == list(range(6))  # dataset 0's first batch
+    got = loss_fn(lambda r: model(x_q[r]), lambda r: model(catalog[r]), batch)
+    whole = FullCatalogNCE(0.1, multi_positive=True)
+    whole.groups = groups
+    with torch.no_grad():
+        whole.refresh(model(catalog), 0)
+    assert whole.group_clock == {0: 0, 1: 0}
+    want = whole(lambda r: model(x_q[r]), lambda r: model(catalog[r]), batch)
+    assert torch.allclose(got, want)
+    loss_fn.reset()
+    assert loss_fn.bank is None and loss_fn.group_clock == {} == loss_fn.group_batches
+    with pytest.raises(ValueError, match="per group"):
+        FullCatalogNCE(0.1).refresh(model(catalog[:2]), 0, torch.tensor([0, 1]))
+    with pytest.raises(ValueError, match="only a loss with groups"):
+        FullCatalogNCE(0.1).due(gold0, 0, 5)
+
+
+def test_refresh_by_dataset_batches_counts_each_datasets_own_batches():
+    """``refresh_by: dataset_batches``: a dataset's rows are due every ``every`` of its own batches, however
+    many optimizer steps the other datasets' batches took in between."""
+    loss_fn = FullCatalogNCE(0.1, refresh_by="dataset_batches")
+    loss_fn.groups = torch.tensor([0, 0, 1, 1])
+    gold0, gold1 = torch.tensor([[0, -1]]), torch.tensor([[2, -1]])
+    due = []
+    for step in range(12):  # dataset 0 at every step but each third, which is dataset 1's
+        gold = gold1 if step % 3 == 2 else gold0
+        rows = loss_fn.due(gold, step, every=3)
+        if rows is not None:
+            loss_fn.refresh(torch.ones(len(rows), 4), step, rows)
+            due.append((step, rows.tolist()))
+    # dataset 0's batches 1, 4, 7 (steps 0, 4, 9); dataset 1's batches 1 and 4 (steps 2, 11)
+    assert due == [(0, [0, 1]), (2, [2, 3]), (4, [0, 1]), (9, [0, 1]), (11, [2, 3])]
+    with pytest.raises(ValueError, match="refresh_by"):
+        FullCatalogNCE(0.1, refresh_by="epochs")

@@ -204,13 +204,21 @@ def test_the_general_model_by_name_is_the_installed_one_else_minilm(tiny_bert_di
 
 
 @pytest.mark.realdata
-def test_the_shipped_mixture_loads_and_drops_what_toolbench_shares(data_root):
+def test_the_shipped_mixture_is_every_split_of_the_14_datasets_and_drops_what_toolbench_shares(data_root):
     import yaml
 
     options = yaml.safe_load((Path(__file__).resolve().parents[1] / "configs/general.yaml").read_text())["data"]["options"]
-    ds = load_dataset("mixture", root=data_root, holdout=["toolbench-g1"], **options)
-    assert ds.stats()["queries"] == {"train": 31479, "val": 1521, "test": 0} and len(ds.tools) == 2091
-    assert ds.skipped == {"toollens: query using a tool also in a held-out dataset": 3131}
+    assert options["test_as_train"] == options["datasets"] and len(options["datasets"]) == 14  # every split
+    ds = load_dataset("mixture", root=data_root, **options)
+    assert ds.stats()["queries"] == {"train": 47408, "val": 2021, "test": 0} and len(ds.tools) == 13370
+    assert not ds.skipped
+    # held out as leave-one-dataset-out does: ToolBench G1's tools are also in ToolLens, G2 and G3
+    rest = [d for d in options["datasets"] if d != "toolbench-g1"]
+    ds = load_dataset("mixture", root=data_root, datasets=rest, test_as_train=rest, holdout=["toolbench-g1"])
+    assert ds.stats()["queries"] == {"train": 43668, "val": 2021, "test": 0} and len(ds.tools) == 11686
+    assert ds.skipped == {"toollens: query using a tool also in a held-out dataset": 3448,
+                          "toolbench-g2: query using a tool also in a held-out dataset": 98,
+                          "toolbench-g3: query using a tool also in a held-out dataset": 34}
 
 
 def test_self_supervised_components_take_the_query_text_out_of_the_tool(three, tmp_path):

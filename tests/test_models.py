@@ -21,7 +21,8 @@ def test_models_build_general_trains_the_recipe_and_installs_it_by_name(models_h
     from toolgraph.nn.encoder import GENERAL, resolve_model
 
     out = tmp_path / "run"
-    main(["models", "build", "general", f"model.encoder={tiny_bert_dir}", "data.options.datasets=[api-bank]",
+    main(["models", "build", "general", f"model.encoder={tiny_bert_dir}", "data.options.datasets=[api-bank,gorilla-torchhub]",
+          "data.options.test_as_train=[gorilla-torchhub]",
           "trainer.max_steps=12", "data.batch_size=8", "data.max_query_length=24", "data.max_tool_length=24",
           "trainer.enable_progress_bar=false", "trainer.accelerator=cpu", "trainer.devices=1", f"out_dir={out}"])
     said = capsys.readouterr().out

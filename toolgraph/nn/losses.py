@@ -208,20 +208,61 @@ class FullCatalogNCE(ContrastiveLoss):
     training); ``groups`` [N] the source dataset of each tool: a batch (from one dataset) has only its
     own dataset's tools as negatives. Neither is saved: the owner sets them from the data."""
 
-    def __init__(self, temperature: float, multi_positive: bool = False, grad_tools: int = 0):
+    def __init__(self, temperature: float, multi_positive: bool = False, grad_tools: int = 0,
+                 refresh_by: str = "steps"):
         super().__init__(temperature)
-        self.multi_positive, self.grad_tools = multi_positive, grad_tools
+        if refresh_by not in ("steps", "dataset_batches"):
+            raise ValueError(f"refresh_by must be 'steps' or 'dataset_batches', got {refresh_by!r}")
+        self.multi_positive, self.grad_tools, self.refresh_by = multi_positive, grad_tools, refresh_by
         self.bank: torch.Tensor | None = None  # [N, H]
         self.bank_step = -1
         self.allowed: torch.Tensor | None = None  # [N] bool
         self.groups: torch.Tensor | None = None  # [N] long
+        self.group_clock: dict[int, int] = {}  # groups: each group's clock when its rows were last encoded
+        self.group_batches: dict[int, int] = {}  # groups: each group's batches so far
+
+    def reset(self) -> None:
+        """Forget the bank (a new fit: nothing encoded yet)."""
+        self.bank, self.bank_step, self.group_clock, self.group_batches = None, -1, {}, {}
 
     def stale(self, step: int, every: int) -> bool:
         """Whether the bank must be re-encoded at optimizer step ``step`` (none yet, or ``every`` steps old)."""
         return self.bank is None or step - self.bank_step >= every
 
-    def refresh(self, bank: torch.Tensor, step: int) -> None:
-        self.bank, self.bank_step = bank.float(), step
+    def due(self, gold: torch.Tensor, step: int, every: int) -> torch.Tensor | None:
+        """With ``groups`` (a mixture), called once per training batch: the catalog rows to re-encode
+        before the batch whose gold tools are ``gold`` [B, G] (marked refreshed now), or None. Only the
+        batch's own dataset's rows, when never encoded or ``every`` old on the ``refresh_by`` clock:
+        optimizer ``steps``, or that dataset's own batches (``dataset_batches``). The loss masks every
+        other dataset's rows out, so each is encoded when its own batches come; with ``dataset_batches``
+        a mixture of many catalogs pays one catalog per ``every`` of its batches (``stale`` is the
+        whole-bank rule without groups)."""
+        if self.groups is None:
+            raise ValueError("FullCatalogNCE.due: only a loss with groups refreshes per group; use stale()")
+        group = int(self.groups[int(gold[0, 0])])
+        self.group_batches[group] = self.group_batches.get(group, 0) + 1
+        clock = step if self.refresh_by == "steps" else self.group_batches[group]
+        last = self.group_clock.get(group)
+        if self.bank is not None and last is not None and clock - last < every:
+            return None
+        self.group_clock[group] = clock
+        return torch.nonzero(self.groups == group).flatten()
+
+    def refresh(self, bank: torch.Tensor, step: int, rows: torch.Tensor | None = None) -> None:
+        """``bank`` [N, H]: every tool's vector; with ``rows`` (from ``due``), the vectors [len(rows), H]
+        of those rows only (the others keep theirs, zeros before their first refresh)."""
+        if rows is None:
+            self.bank, self.bank_step = bank.float(), step
+            if self.groups is not None:
+                self.group_clock = {g: step if self.refresh_by == "steps" else self.group_batches.get(g, 0)
+                                    for g in self.groups.unique().tolist()}
+            return
+        if self.groups is None:
+            raise ValueError("FullCatalogNCE.refresh: rows are refreshed per group; this loss has no groups")
+        if self.bank is None:
+            self.bank = bank.new_zeros(len(self.groups), bank.shape[-1], dtype=torch.float)
+        self.bank[rows.to(self.bank.device)] = bank.float().to(self.bank.device)
+        self.bank_step = step
 
     def _positive(self, batch: dict[str, Any]) -> torch.Tensor | None:
         return None if self.multi_positive else batch["doc_tools"][batch["positive"]]  # [B] tool rows

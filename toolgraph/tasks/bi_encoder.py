@@ -13,7 +13,9 @@ Fast training (docs/training.md, "Converge"):
   ``refresh_every`` steps, with the batch's own tools re-encoded with gradient so the tool side keeps
   learning; ``multi_positive`` makes every gold tool of a query a positive in the same step.
   Tools a split hides from training (inductive protocol) are never in the bank; in a mixture of
-  datasets (``data.name: mixture``) a batch comes from one dataset and only its tools are negatives.
+  datasets (``data.name: mixture``) a batch comes from one dataset and only its tools are negatives,
+  so only its dataset's rows are re-encoded when due (``refresh_by``: every ``refresh_every`` optimizer
+  steps, or every ``refresh_every`` of that dataset's own batches).
 * ``freeze_layers: K`` — embeddings and the first K layers frozen; their outputs for every training
   query and tool are computed once (fp16, cached under ``states_dir``) and training runs the layers
   above only (``nn.frozen.FrozenBottom``).
@@ -94,6 +96,9 @@ class BiEncoderConfig(FrozenBottomConfig, TaskConfig):
     loss: Literal["in_batch", "full_catalog"] = "in_batch"  # negatives: the batch's tools, or the whole catalog
     multi_positive: bool = False  # full_catalog: every gold tool of a query is a positive in the same step
     refresh_every: int = bounded(50, ge=1)  # full_catalog: steps between re-encodings of the whole tool bank
+    # what refresh_every counts in a mixture, where each batch re-encodes only its own dataset's rows when
+    # due: optimizer steps, or the dataset's own batches (many catalogs: far fewer re-encodings)
+    refresh_by: Literal["steps", "dataset_batches"] = "steps"
     grad_tools: int = bounded(0, ge=0)  # full_catalog: at most this many batch tools with gradient a step (0 = all)
     grad_cache: int = bounded(0, ge=0)  # GradCache: chunks of this many texts (0 = off); single process only
     wise: float | None = bounded(None, ge=0, le=1)  # export alpha*trained + (1-alpha)*pretrained weights (WiSE-FT)
@@ -127,7 +132,7 @@ class BiEncoderTask(RetrievalTask):
         self.catalog: list[Tool] = [Tool(**t) for t in artifacts["tools"]] if artifacts else []
         self.frozen = FrozenBottom(m, self.query_encoder.backbone, self.doc_encoder.backbone)
         # the objective (no weights; its state, e.g. the full-catalog bank, is rebuilt every fit)
-        self.contrastive: ContrastiveLoss = (FullCatalogNCE(m.temperature, m.multi_positive, m.grad_tools)
+        self.contrastive: ContrastiveLoss = (FullCatalogNCE(m.temperature, m.multi_positive, m.grad_tools, m.refresh_by)
                                              if m.loss == "full_catalog" else InBatchNCE(m.temperature, m.gather))
         self.loss_fn: torch.nn.Module = GradCache(self.contrastive, m.grad_cache) if m.grad_cache else self.contrastive
         self._query_texts: list[str] = []  # training queries (frozen bottom: their cached states)
@@ -162,7 +167,7 @@ class BiEncoderTask(RetrievalTask):
         from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
         if isinstance(self.contrastive, FullCatalogNCE):
-            self.contrastive.bank = None
+            self.contrastive.reset()
         if self.model_cfg.grad_cache and self.trainer is not None and self.trainer.world_size > 1:
             raise ConfigError(f"model.grad_cache: runs in one process only (this run has {self.trainer.world_size}); "
                               "under DDP raise data.batch_size per rank or use trainer.accumulate_grad_batches")
@@ -173,8 +178,13 @@ class BiEncoderTask(RetrievalTask):
         """The contrastive loss module over the batch (GradCache's when ``grad_cache`` is set: a loss whose
         backward re-encodes the batch chunk by chunk; Lightning backpropagates, clips and steps either)."""
         m = self.model_cfg
-        if isinstance(self.contrastive, FullCatalogNCE) and self.contrastive.stale(self.global_step, m.refresh_every):
-            self._refresh_bank()
+        c = self.contrastive
+        if isinstance(c, FullCatalogNCE):
+            if c.groups is None:
+                if c.stale(self.global_step, m.refresh_every):
+                    self._refresh_bank()
+            elif (rows := c.due(batch["gold"], self.global_step, m.refresh_every)) is not None:
+                self._refresh_bank(rows)
         encode_documents = self._tools if m.loss == "full_catalog" else partial(self._batch_documents, batch)
         return self.loss_fn(partial(self._queries, batch), encode_documents, batch)
 
@@ -199,17 +209,19 @@ class BiEncoderTask(RetrievalTask):
                            max_length=self.cfg.data.max_tool_length, return_tensors="pt")
         return self.doc_encoder(input_ids=t["input_ids"].to(self.device), attention_mask=t["attention_mask"].to(self.device))
 
-    def _refresh_bank(self) -> None:
-        """Every tool's vector without gradient (eval mode: no dropout) -> the bank [N, H]."""
+    def _refresh_bank(self, rows: torch.Tensor | None = None) -> None:
+        """The vectors of the tools ``rows`` (default: every tool) without gradient (eval mode: no
+        dropout) -> the bank [N, H] (a mixture refreshes one dataset's rows at a time)."""
         was = self.doc_encoder.training
         self.doc_encoder.eval()
+        index = torch.arange(len(self.tool_texts)) if rows is None else rows.cpu()
+        step = self.cfg.data.eval_batch_size
         try:
             with torch.no_grad():
-                n, step = len(self.tool_texts), self.cfg.data.eval_batch_size
-                bank = torch.cat([self._tools(torch.arange(s, min(n, s + step))).float() for s in range(0, n, step)])
+                vectors = torch.cat([self._tools(index[s:s + step]).float() for s in range(0, len(index), step)])
         finally:
             self.doc_encoder.train(was)
-        self.contrastive.refresh(bank, self.global_step)
+        self.contrastive.refresh(vectors, self.global_step, rows)
 
     def finish(self, out: Path, dm: Any, extra: Callable[[], dict[str, Any]] | None = None) -> dict[str, Any]:
         """``wise: alpha``: the weights exported (and tested) are ``alpha * trained + (1 - alpha) *

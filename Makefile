@@ -50,7 +50,7 @@ test: lint
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not gpu and not slow and not distributed" $(PYTEST_ARGS)
 
-# the general tool retriever (docs/general.md): configs/general.yaml trained (41 min on 2 CPU cores), then
+# the general tool retriever (docs/general.md): configs/general.yaml trained (60 min on 2 CPU cores), then
 # installed where the name toolgraph-general resolves ($TOOLGRAPH_MODELS, default ~/.cache/toolgraph/models)
 general: $(STAMP)
 	$(BIN)/toolgraph models build general

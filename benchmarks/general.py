@@ -225,7 +225,9 @@ def mcp_rows(args: argparse.Namespace) -> None:
     for run, encoder in ((Path(args.general), "toolgraph-general"), (Path(args.minilm), "all-MiniLM-L6-v2")):
         res = json.loads((run / "results.json").read_text())
         keep = ("recall@5", "ndcg@5", "pass@5")
-        rows.append({"method": "t2a", "dataset": args.dataset, "split": "test", "setting": f"step-wise, {encoder}",
+        own = args.general_label if encoder != "all-MiniLM-L6-v2" else None
+        setting = ", ".join(x for x in ("step-wise", encoder, args.label, own) if x)
+        rows.append({"method": "t2a", "dataset": args.dataset, "split": "test", "setting": setting,
                      "encoder": encoder, "queries": res["dataset"]["queries"]["test"],
                      "metrics": {k: round(res["metrics"][k], 4) for k in keep},
                      "agent_metrics": {k: round(res["agent_metrics"][k], 4) for k in keep},
@@ -365,6 +367,32 @@ def per_dataset_fast() -> dict[str, str]:
             if r["method"] == "bi_encoder_fast" and r["setting"] == "transductive" and r["split"] == "test"}
 
 
+MPNET = "all-mpnet-base-v2"
+
+
+def encoders_table(rows: list[dict]) -> str:
+    """Zero-shot test R@5 per leave-one-dataset-out dataset: BM25, MiniLM, all-mpnet-base-v2 (rows of
+    baselines.json) and the t2a default rule with MiniLM (min-max dense + 0.3 BM25, ``hybrid_minilm`` rows
+    of general_hybrid.py), and their means over the datasets where all four are measured."""
+    hybrid = {r["dataset"]: r["metrics"]["0.3"]["recall@5"] for r in rows
+              if r["method"] == "hybrid_minilm" and r["setting"] == "zero-shot" and "0.3" in r["metrics"]}
+    lines = ["| dataset | BM25 R@5 | MiniLM R@5 | all-mpnet-base-v2 R@5 | Δ mpnet vs MiniLM | MiniLM + 0.3 BM25 R@5 |",
+             "|---|---|---|---|---|---|"]
+    cols: list[tuple[float, ...]] = []
+    for d in LODO_SETS:
+        bm25, minilm = baseline("bm25", d).get("recall@5"), baseline("dense", d).get("recall@5")
+        mpnet, fused = baseline("dense", d, MPNET).get("recall@5"), hybrid.get(d)
+        cell = [f"{v:.3f}" if v is not None else "–" for v in (bm25, minilm, mpnet)]
+        delta = f"{mpnet - minilm:+.3f}" if mpnet is not None and minilm is not None else "–"
+        lines.append(f"| {d} | {' | '.join(cell)} | {delta} | {f'{fused:.3f}' if fused is not None else '–'} |")
+        if None not in (bm25, minilm, mpnet, fused):
+            cols.append((bm25, minilm, mpnet, fused))
+    if cols:
+        b, m, p, f = (sum(c[i] for c in cols) / len(cols) for i in range(4))
+        lines.append(f"| **mean of {len(cols)}** | {b:.3f} | {m:.3f} | {p:.3f} | {p - m:+.3f} | {f:.3f} |")
+    return "\n".join(lines)
+
+
 FULL_FT = f"{TAT}, full fine-tune"  # the recipe of the GPU runs (docs/general.md, "Full fine-tuning")
 
 
@@ -420,6 +448,7 @@ def render(page: str | Path = PAGE) -> None:
         write_block(page, "general-full-finetune", recipe_rows_table(full))
     if any(r["method"] == "general_lodo" for r in rows):
         write_block(page, "general-recipes", recipes_table(rows))
+    write_block(page, "general-encoders", encoders_table(rows))
     domain = [r for r in rows if r["method"] == "general_all"]
     if domain:
         fast = per_dataset_fast()
@@ -432,8 +461,8 @@ def render(page: str | Path = PAGE) -> None:
         write_block(page, "general-all", "\n".join(table))
     mcp = [r for r in rows if r["method"] == "t2a"]
     if mcp:
-        table = ["| catalog | encoder | agent R@5 | agent NDCG@5 | tool R@5 | tool NDCG@5 |", "|---|---|---|---|---|---|"]
-        table += [f"| {r['dataset']} | {r['encoder']} | {r['agent_metrics']['recall@5']:.3f} "
+        table = ["| catalog | setting | agent R@5 | agent NDCG@5 | tool R@5 | tool NDCG@5 |", "|---|---|---|---|---|---|"]
+        table += [f"| {r['dataset']} | {r['setting']} | {r['agent_metrics']['recall@5']:.3f} "
                   f"| {r['agent_metrics']['ndcg@5']:.3f} | {r['metrics']['recall@5']:.3f} | {r['metrics']['ndcg@5']:.3f} |"
                   for r in mcp]
         write_block(page, "general-mcp", "\n".join(table))
@@ -470,6 +499,8 @@ def main() -> None:
     m.add_argument("--minilm", required=True, help="the same with TOOLGRAPH_MODELS pointing nowhere (MiniLM)")
     m.add_argument("--dataset", default="draft-g2@mcp-layout/category")
     m.add_argument("--command", required=True, help="the evaluate.py command; {out} stands for the folder")
+    m.add_argument("--label", default=None, help="appended to both rows' setting (e.g. which scorer)")
+    m.add_argument("--general-label", default=None, help="appended to the general model's row (which model)")
     i = sub.add_parser("install", help="copy a run's exported encoder to where the name toolgraph-general finds it")
     i.add_argument("--run", default="runs/general")
     r = sub.add_parser("render")

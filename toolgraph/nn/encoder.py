@@ -52,6 +52,15 @@ def _hf_cached(repo: str) -> str | None:
     return str(Path(cached).parent) if isinstance(cached, str) else None
 
 
+def model_in_use(name: str) -> str:
+    """The name of the model ``name`` loads: ``toolgraph-general`` itself when it is installed, else
+    all-MiniLM-L6-v2, which it falls back to; any other name as it is. A dense retriever built on the
+    fallback records MiniLM's name, so its saved index and the server's startup line say MiniLM."""
+    if name == GENERAL and not (general_model_dir() / "config.json").is_file():
+        return "all-MiniLM-L6-v2"
+    return name
+
+
 def resolve_model(name: str) -> str:
     """A local folder for ``name``: a path, the HF cache, or the packaged MiniLM / mpnet (assembled once
     into the model cache, ``nn/packaged.py``). Fails fast.
@@ -60,7 +69,7 @@ def resolve_model(name: str) -> str:
         return str(Path(name).expanduser())
     if name == GENERAL:
         folder = general_model_dir()
-        if (folder / "config.json").is_file():
+        if model_in_use(name) == GENERAL:
             _say_once(f"{GENERAL}: the general tool retriever at {folder}")
             return str(folder)
         _say_once(f"{GENERAL} is not installed ({folder}): using all-MiniLM-L6-v2 instead "

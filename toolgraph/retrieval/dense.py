@@ -22,7 +22,8 @@ from safetensors.torch import save_file
 from toolgraph.config import TextEncoderSpec, ToolText, accepts_renamed, bounded, encoder_spec
 from toolgraph.errors import ConfigError, DataError, ModelNotFoundError
 from toolgraph.nn.encoder import _MINILM as _NAMED
-from toolgraph.nn.encoder import GENERAL, TextEncoder, check_encoder_folder, load_backbone, model_prompts, resolve_model
+from toolgraph.nn.encoder import (GENERAL, TextEncoder, check_encoder_folder, load_backbone, model_in_use, model_prompts,
+                                  resolve_model)
 from toolgraph.nn.storage import check_width, read_matrix
 from toolgraph.registry import RETRIEVERS
 from toolgraph.retrieval.ann import AnnConfig, AnnIndex
@@ -173,6 +174,9 @@ class DenseRetriever(Retriever):
     @property
     def encoder(self) -> TextEncoder:
         if self._encoder is None:
+            if self._model_name() == GENERAL:  # by name, not a saved folder: recorded as the model it loads, so
+                # an index built on the fallback is saved, and served, as MiniLM (nn/encoder.model_in_use)
+                self.config = replace(self.config, encoder=replace(self.config.encoder, name=model_in_use(GENERAL)))
             backbone, self._tokenizer = load_backbone(self._model_name())
             self._encoder = TextEncoder(backbone, self.config.encoder.pooling, self.config.encoder.normalize)
         return self._encoder.to(self.device)

@@ -65,15 +65,27 @@ def info_nce(q: torch.Tensor, d: torch.Tensor, positive: torch.Tensor, temperatu
 
 
 def full_catalog_nce(q: torch.Tensor, tools: torch.Tensor, gold: torch.Tensor, temperature: float,
-                     positive: torch.Tensor | None = None, allowed: torch.Tensor | None = None) -> torch.Tensor:
+                     positive: torch.Tensor | None = None, allowed: torch.Tensor | None = None,
+                     lexical: torch.Tensor | None = None, lexical_weight: float = 0.0) -> torch.Tensor:
     """InfoNCE of each query against the whole catalog ``tools`` [N, H] instead of a batch's documents.
 
     gold [B, G] tool indices (-1 padded): no gold tool is ever a negative of its query.
     ``positive`` [B] one gold tool per query (classic InfoNCE over the catalog); None = every gold tool
     is a positive in turn (multi-positive: the mean over a query's gold set of
     ``-log e^{s_g} / (e^{s_g} + sum_{non-gold} e^{s_j})``). ``allowed`` [N] False = not a negative
-    (tools a split hides from training). q [B, H]; mean over queries."""
-    logits = (q @ tools.T).float() / temperature  # [B, N]
+    (tools a split hides from training). q [B, H]; mean over queries.
+
+    ``lexical`` [B, N] another scorer's scores in [0, 1] (BM25, min-max normalised per query) fused as the
+    hybrid ranks: ``minmax(dense) + lexical_weight * lexical``. With each query's dense range r (max - min
+    over the allowed catalog, no gradient) that ranks as ``dense + lexical_weight * r * lexical``, which
+    becomes the logit: the encoder learns what the lexical scorer misses (CLEAR, Gao et al. 2021)."""
+    scores = (q @ tools.T).float()  # [B, N]
+    if lexical is not None and lexical_weight:
+        ok = allowed.view(1, -1) if allowed is not None else torch.ones_like(scores, dtype=torch.bool)
+        span = (scores.masked_fill(~ok, float("-inf")).amax(1, keepdim=True)
+                - scores.masked_fill(~ok, float("inf")).amin(1, keepdim=True)).detach()  # [B, 1]
+        scores = scores + lexical_weight * span * lexical.to(scores)
+    logits = scores / temperature  # [B, N]
     low = torch.finfo(logits.dtype).min
     if allowed is not None:
         logits = logits.masked_fill(~allowed.view(1, -1), low)
@@ -209,11 +221,12 @@ class FullCatalogNCE(ContrastiveLoss):
     own dataset's tools as negatives. Neither is saved: the owner sets them from the data."""
 
     def __init__(self, temperature: float, multi_positive: bool = False, grad_tools: int = 0,
-                 refresh_by: str = "steps"):
+                 refresh_by: str = "steps", lexical_weight: float = 0.0):
         super().__init__(temperature)
         if refresh_by not in ("steps", "dataset_batches"):
             raise ValueError(f"refresh_by must be 'steps' or 'dataset_batches', got {refresh_by!r}")
         self.multi_positive, self.grad_tools, self.refresh_by = multi_positive, grad_tools, refresh_by
+        self.lexical_weight = lexical_weight  # > 0: the batch's "lexical" [B, N] scores fused in (full_catalog_nce)
         self.bank: torch.Tensor | None = None  # [N, H]
         self.bank_step = -1
         self.allowed: torch.Tensor | None = None  # [N] bool
@@ -286,4 +299,8 @@ class FullCatalogNCE(ContrastiveLoss):
             allowed = same if allowed is None else allowed & same
         self.bank[documents] = d.detach().float()  # the freshest vectors stay in the bank
         tools = self.bank.index_copy(0, documents, d.float())  # [N, H]: gradient flows into the batch's rows
-        return full_catalog_nce(q.float(), tools, gold, self.temperature, self._positive(batch), allowed)
+        lexical = batch.get("lexical") if self.lexical_weight else None
+        if self.lexical_weight and lexical is None:
+            raise RuntimeError("FullCatalogNCE: lexical_weight is set but the batch has no 'lexical' scores")
+        return full_catalog_nce(q.float(), tools, gold, self.temperature, self._positive(batch), allowed,
+                                None if lexical is None else lexical.to(q.device), self.lexical_weight)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -9,9 +10,11 @@ import bm25s
 import numpy as np
 import torch
 
-from toolgraph.config import bounded
+from toolgraph.config import ToolText, bounded
+from toolgraph.data.schema import Tool
 from toolgraph.registry import RETRIEVERS
 from toolgraph.retrieval.base import Retriever, RetrieverConfig
+from toolgraph.retrieval.fusion_model import normalise
 from toolgraph.retrieval.progress import progress_enabled
 
 
@@ -42,3 +45,26 @@ class BM25Retriever(Retriever):
         tokenized = bm25s.tokenize(queries, stopwords=self.config.stopwords, return_ids=False, show_progress=False)
         rows = [self._bm25.get_scores(q) if q else np.zeros(len(self.tools), dtype=np.float32) for q in tokenized]
         return torch.from_numpy(np.stack(rows).astype(np.float32))  # [Q, N]
+
+
+class CatalogBM25:
+    """BM25 of queries against one part of a catalog at a time (``groups`` [N]: a mixture's datasets; None:
+    one part), min-max normalised per query over that part, as the hybrid fuses them (dense + w x BM25,
+    ``method: score``): the lexical side a bi-encoder trains beside (``model.bm25_fusion``)."""
+
+    def __init__(self, tools: Sequence[Tool], groups: Sequence[int] | None = None, tool_text: ToolText = "default"):
+        self.size = len(tools)
+        groups = list(groups) if groups is not None else [0] * len(tools)
+        self.parts: dict[int, tuple[torch.Tensor, BM25Retriever]] = {}
+        for g in sorted(set(groups)):
+            cols = [i for i, x in enumerate(groups) if x == g]
+            bm25 = BM25Retriever(BM25Config(tool_text=tool_text))
+            bm25.index([tools[i] for i in cols])
+            self.parts[g] = (torch.tensor(cols), bm25)
+
+    def scores(self, queries: list[str], group: int = 0) -> torch.Tensor:
+        """[Q, N] each query's BM25 over part ``group`` in [0, 1] (min-max; no shared term: zeros), 0 elsewhere."""
+        cols, bm25 = self.parts[group]
+        out = torch.zeros(len(queries), self.size)
+        out[:, cols] = normalise(bm25.score(queries), "minmax")
+        return out

@@ -22,8 +22,15 @@ from safetensors.torch import save_file
 from toolgraph.config import TextEncoderSpec, ToolText, accepts_renamed, bounded, encoder_spec
 from toolgraph.errors import ConfigError, DataError, ModelNotFoundError
 from toolgraph.nn.encoder import _MINILM as _NAMED
-from toolgraph.nn.encoder import (GENERAL, TextEncoder, check_encoder_folder, load_backbone, model_in_use, model_prompts,
-                                  resolve_model)
+from toolgraph.nn.encoder import (
+    GENERAL,
+    TextEncoder,
+    check_encoder_folder,
+    load_backbone,
+    model_in_use,
+    model_prompts,
+    resolve_model,
+)
 from toolgraph.nn.storage import check_width, read_matrix
 from toolgraph.registry import RETRIEVERS
 from toolgraph.retrieval.ann import AnnConfig, AnnIndex

@@ -60,7 +60,7 @@ from toolgraph.nn.frozen import FrozenBottom, FrozenBottomConfig
 from toolgraph.nn.gradcache import GradCache
 from toolgraph.nn.losses import ContrastiveLoss, FullCatalogNCE, InBatchNCE
 from toolgraph.registry import TASKS
-from toolgraph.retrieval.bm25 import BM25Config, BM25Retriever
+from toolgraph.retrieval.bm25 import BM25Config, BM25Retriever, CatalogBM25
 from toolgraph.retrieval.dense import DenseConfig, DenseRetriever
 from toolgraph.retrieval.encode import encode_texts
 from toolgraph.retrieval.loading import load
@@ -102,10 +102,15 @@ class BiEncoderConfig(FrozenBottomConfig, TaskConfig):
     grad_tools: int = bounded(0, ge=0)  # full_catalog: at most this many batch tools with gradient a step (0 = all)
     grad_cache: int = bounded(0, ge=0)  # GradCache: chunks of this many texts (0 = off); single process only
     wise: float | None = bounded(None, ge=0, le=1)  # export alpha*trained + (1-alpha)*pretrained weights (WiSE-FT)
+    # full_catalog: train the dense side of the hybrid served (dense + w x BM25, min-max scores; t2a scorer
+    # score): each query's catalog logits fuse its BM25 at this w, so the encoder learns what BM25 misses
+    bm25_fusion: float = bounded(0.0, ge=0)
 
     def validate(self):
         if self.multi_positive and self.loss != "full_catalog":
             yield "multi_positive", "needs loss: full_catalog (in-batch negatives have one positive column per query)"
+        if self.bm25_fusion and self.loss != "full_catalog":
+            yield "bm25_fusion", "needs loss: full_catalog (BM25 is fused over the whole catalog)"
         yield from unread_keys(self.encoder, TRAINED_ENCODER(), UNREAD, WHY)
 
     @property
@@ -132,8 +137,11 @@ class BiEncoderTask(RetrievalTask):
         self.catalog: list[Tool] = [Tool(**t) for t in artifacts["tools"]] if artifacts else []
         self.frozen = FrozenBottom(m, self.query_encoder.backbone, self.doc_encoder.backbone)
         # the objective (no weights; its state, e.g. the full-catalog bank, is rebuilt every fit)
-        self.contrastive: ContrastiveLoss = (FullCatalogNCE(m.temperature, m.multi_positive, m.grad_tools, m.refresh_by)
+        self.contrastive: ContrastiveLoss = (FullCatalogNCE(m.temperature, m.multi_positive, m.grad_tools, m.refresh_by,
+                                                            m.bm25_fusion)
                                              if m.loss == "full_catalog" else InBatchNCE(m.temperature, m.gather))
+        self.lexical: CatalogBM25 | None = None  # bm25_fusion: the catalog's BM25, per dataset of a mixture
+        self._raw_queries: list[str] = []  # bm25_fusion: the training queries' texts as BM25 reads them
         self.loss_fn: torch.nn.Module = GradCache(self.contrastive, m.grad_cache) if m.grad_cache else self.contrastive
         self._query_texts: list[str] = []  # training queries (frozen bottom: their cached states)
 
@@ -158,6 +166,9 @@ class BiEncoderTask(RetrievalTask):
             self.contrastive.allowed = torch.tensor([t.id not in hidden for t in dm.tools], dtype=torch.bool)
             groups = source_groups(ds, [t.id for t in dm.tools])  # a mixture batch's negatives: its dataset's tools
             self.contrastive.groups = torch.tensor(groups) if groups is not None else None
+            if m.bm25_fusion:
+                self.lexical = CatalogBM25(dm.tools, groups, m.tool_text)
+                self._raw_queries = [q.text for q in dm.train_queries]  # BM25 reads them without a prefix
         return dm
 
     def on_train_start(self) -> None:
@@ -185,6 +196,10 @@ class BiEncoderTask(RetrievalTask):
                     self._refresh_bank()
             elif (rows := c.due(batch["gold"], self.global_step, m.refresh_every)) is not None:
                 self._refresh_bank(rows)
+            if self.lexical is not None:  # the batch's BM25 over its dataset's catalog, fused in the loss
+                group = 0 if c.groups is None else int(c.groups[int(batch["gold"][0, 0])])
+                texts = [self._raw_queries[i] for i in batch["query_index"].tolist()]
+                batch = {**batch, "lexical": self.lexical.scores(texts, group)}
         encode_documents = self._tools if m.loss == "full_catalog" else partial(self._batch_documents, batch)
         return self.loss_fn(partial(self._queries, batch), encode_documents, batch)
 

@@ -18,6 +18,9 @@ from toolgraph.retrieval.fusion_model import normalise
 from toolgraph.retrieval.progress import progress_enabled
 
 
+BAR_FROM = 20_000  # documents: a smaller index is built without a progress bar
+
+
 @dataclass
 class BM25Config(RetrieverConfig):
     name: str = "bm25"
@@ -34,9 +37,11 @@ class BM25Retriever(Retriever):
 
     def _build(self) -> None:
         cfg = self.config
-        show = progress_enabled()  # a large corpus (BEIR) takes a while; query batches in score() stay quiet:
-        # evaluate() has one bar over all the queries
-        tokens = bm25s.tokenize(self.documents(), stopwords=cfg.stopwords, show_progress=show)
+        docs = self.documents()
+        # a large corpus (BEIR) takes a while (a catalog of a few thousand tools, milliseconds: no bar); query
+        # batches in score() stay quiet: evaluate() has one bar over all the queries
+        show = progress_enabled(len(docs) >= BAR_FROM)
+        tokens = bm25s.tokenize(docs, stopwords=cfg.stopwords, show_progress=show)
         self._bm25 = bm25s.BM25(k1=cfg.k1, b=cfg.b, method=cfg.method)
         self._bm25.index(tokens, show_progress=show)
 

@@ -43,17 +43,14 @@ SETTINGS = {"main": "zero-shot", "test-as-train": "zero-shot, test-only datasets
             "full-finetune-lr6e-5": f"{FULL_FT}, lr 6e-5",  # configs/general.yaml's recipe
             "self-supervised": "zero-shot, test-only datasets train, self-supervised pairs",
             # trained as the hybrid's dense side (model.bm25_fusion: 0.3, the serving weight)
-            "bm25-fusion": "zero-shot, test-only datasets train, BM25-fused training",
-            "full-finetune-lr6e-5-bm25-fusion": f"{FULL_FT}, lr 6e-5, BM25-fused training"}
+            "bm25-fusion": "zero-shot, test-only datasets train, BM25-fused training"}
 # the generated block of each --lodo setting's hybrid table (the main setting's is "general-hybrid")
 BLOCKS = {SETTINGS["test-as-train"]: "general-hybrid-tat", FULL_FT: "general-hybrid-full-finetune",
           SETTINGS["full-finetune-lr6e-5"]: "general-hybrid-full-finetune-lr6e-5",
           SETTINGS["self-supervised"]: "general-hybrid-self-supervised",
-          SETTINGS["bm25-fusion"]: "general-hybrid-bm25-fusion",
-          SETTINGS["full-finetune-lr6e-5-bm25-fusion"]: "general-hybrid-full-finetune-bm25-fusion"}
+          SETTINGS["bm25-fusion"]: "general-hybrid-bm25-fusion"}
 # the jobs file that trains a setting's models and fuses each in the same job (the models stay on the GPU machine)
-JOBS = {SETTINGS["full-finetune-lr6e-5"]: "benchmarks/device/general_fullft_lr6e-5.jobs",
-        SETTINGS["full-finetune-lr6e-5-bm25-fusion"]: "benchmarks/device/general_fullft_bm25.jobs"}
+JOBS = {SETTINGS["full-finetune-lr6e-5"]: "benchmarks/device/general_fullft_lr6e-5.jobs"}
 
 
 def members(dataset: str, encoder: Path | None, wise: float | None):

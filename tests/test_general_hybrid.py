@@ -41,8 +41,7 @@ def test_the_lodo_choice_names_a_setting_and_a_bad_one_is_refused(hybrid, monkey
     assert hybrid.SETTINGS == {"main": "zero-shot", "test-as-train": TAT, "full-finetune": f"{TAT}, full fine-tune",
                                "full-finetune-lr6e-5": f"{TAT}, full fine-tune, lr 6e-5",
                                "self-supervised": f"{TAT}, self-supervised pairs",
-                               "bm25-fusion": f"{TAT}, BM25-fused training",
-                               "full-finetune-lr6e-5-bm25-fusion": f"{TAT}, full fine-tune, lr 6e-5, BM25-fused training"}
+                               "bm25-fusion": f"{TAT}, BM25-fused training"}
     assert set(hybrid.BLOCKS) == set(hybrid.SETTINGS.values()) - {"zero-shot"}  # each non-main setting has a block
     assert "general_fullft_lr6e-5.jobs" in hybrid.not_measured(hybrid.SETTINGS["full-finetune-lr6e-5"])
     monkeypatch.setattr(sys, "argv", ["general_hybrid.py", "--lodo", "leaky"])

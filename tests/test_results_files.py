@@ -47,7 +47,7 @@ GENERATED = {
     "general": ({}, "docs/general.md", {"general-lodo", "general-all", "general-mcp", "general-test-as-train",
                         "general-variants", "general-recipes", "general-full-finetune", "general-encoders"}),
     "general_hybrid": ({}, "docs/general.md", {"general-hybrid", "general-hybrid-tat", "general-hybrid-self-supervised", "general-hybrid-full-finetune",
-                                             "general-hybrid-full-finetune-lr6e-5"}),
+                                             "general-hybrid-full-finetune-lr6e-5", "general-hybrid-bm25-fusion"}),
 }
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 MARKER = re.compile(r"<!-- ([\w-]+):start -->")

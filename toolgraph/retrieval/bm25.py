@@ -17,7 +17,6 @@ from toolgraph.retrieval.base import Retriever, RetrieverConfig
 from toolgraph.retrieval.fusion_model import normalise
 from toolgraph.retrieval.progress import progress_enabled
 
-
 BAR_FROM = 20_000  # documents: a smaller index is built without a progress bar
 
 

@@ -10,8 +10,9 @@ from toolgraph.config import TrainConfig, load_config
 from toolgraph.data.schema import Tool
 from toolgraph.errors import ConfigError
 from toolgraph.nn.losses import FullCatalogNCE, full_catalog_nce
-from toolgraph.retrieval.bm25 import BM25Config, BM25Retriever, CatalogBM25
+from toolgraph.retrieval.bm25 import BM25Config, BM25Retriever
 from toolgraph.retrieval.fusion_model import normalise
+from toolgraph.retrieval.lexical import CatalogBM25
 
 
 def test_the_fused_loss_ranks_as_the_served_hybrid():

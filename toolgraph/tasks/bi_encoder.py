@@ -60,9 +60,10 @@ from toolgraph.nn.frozen import FrozenBottom, FrozenBottomConfig
 from toolgraph.nn.gradcache import GradCache
 from toolgraph.nn.losses import ContrastiveLoss, FullCatalogNCE, InBatchNCE
 from toolgraph.registry import TASKS
-from toolgraph.retrieval.bm25 import BM25Config, BM25Retriever, CatalogBM25
+from toolgraph.retrieval.bm25 import BM25Config, BM25Retriever
 from toolgraph.retrieval.dense import DenseConfig, DenseRetriever
 from toolgraph.retrieval.encode import encode_texts
+from toolgraph.retrieval.lexical import CatalogBM25
 from toolgraph.retrieval.loading import load
 from toolgraph.tasks.base import RetrievalTask
 

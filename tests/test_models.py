@@ -82,3 +82,12 @@ def test_an_index_synced_by_default_names_the_model_it_was_built_with(models_hom
     shutil.rmtree(models_home)  # and keeps serving them under that name after the model is gone
     assert ", encoder toolgraph-general," in _encoder_said(load(tmp_path / "general"))
     capsys.readouterr()
+
+
+def test_models_build_refuses_a_name_it_cannot_install_before_training(tmp_path):
+    """With a config of one's own, an unknown name is refused before training, not after it."""
+    from toolgraph.errors import ConfigError
+    from toolgraph.models import build_model
+
+    with pytest.raises(ConfigError, match="'special' is not a model toolgraph builds; known: general"):
+        build_model("special", config=tmp_path / "no-such.yaml")

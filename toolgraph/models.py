@@ -39,11 +39,13 @@ MODELS = {"general": Recipe(ROOT / "configs" / "general.yaml",
                             "make general in a fresh clone")}
 
 
-def _recipe(name: str) -> Recipe:
+def _recipe(name: str, config: str | Path | None = None) -> Recipe:
+    """Model ``name``'s recipe, checked before an hour of training: a name it could not install after it
+    is refused here, and the recipe's own config must be there unless ``config`` replaces it."""
     if name not in MODELS:
         raise ConfigError(f"models: {name!r} is not a model toolgraph builds; known: {', '.join(sorted(MODELS))}")
     recipe = MODELS[name]
-    if not recipe.config.is_file():
+    if config is None and not recipe.config.is_file():
         raise ConfigError(f"models build {name}: its recipe {recipe.config} is missing; run it from a toolgraph "
                           "checkout (the configs/ folder), or give --config")
     return recipe
@@ -55,9 +57,9 @@ def build_model(name: str, config: str | Path | None = None, overrides: Sequence
     from toolgraph.config import load_config
     from toolgraph.training import TrainConfig, train
 
-    recipe = _recipe(name) if config is None else None
+    recipe = _recipe(name, config)
     cfg = load_config(TrainConfig, [config or recipe.config], overrides)
-    what = recipe.measured if recipe is not None else "a config of yours: Lightning's bar shows the ETA"
+    what = recipe.measured if config is None else "a config of yours: Lightning's bar shows the ETA"
     steps = cfg.trainer.max_steps if cfg.trainer.max_steps and cfg.trainer.max_steps > 0 else "all"
     print(f"toolgraph models build {name}: training {steps} steps into {cfg.out_dir} (measured: {what})", flush=True)
     train(cfg, callbacks=[_estimate_callback()])

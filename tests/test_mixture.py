@@ -130,6 +130,18 @@ def test_grouped_batches_come_from_one_dataset_in_tempered_shares():
         ContrastiveBatchSampler(gold, 10, groups=groups[:-1])
 
 
+def test_a_dataset_smaller_than_a_batch_fills_its_batches_by_repeating_its_queries():
+    """ToolBench G3's 61 test queries in the general recipe's batch of 128 once got no batch at all."""
+    groups = [0] * 300 + [1] * 7
+    gold = [[i % 60] if g == 0 else [100 + i % 3] for i, g in enumerate(groups)]  # the small one: 3 tools
+    plan = ContrastiveBatchSampler(gold, 16, seed=5, groups=groups).plan()
+    small = [b for b in plan if groups[b[0][0]] == 1]
+    assert len(small) == max(1, round(len(groups) // 16 * 7 / 307)) == 1
+    assert all(len(b) == 16 for b in plan)  # full batches only (the cross-rank gather needs equal sizes)
+    assert {q for q, _, _ in small[0]} == set(range(300, 307))  # every one of its queries, some twice
+    assert ContrastiveBatchSampler(gold, 16, seed=5, groups=groups).plan() == plan  # deterministic
+
+
 @pytest.fixture
 def two_copies(synthetic_dataset_dir, tmp_path):
     b = shutil.copytree(synthetic_dataset_dir, tmp_path / "copy")

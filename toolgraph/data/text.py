@@ -61,7 +61,8 @@ class ContrastiveBatchSampler(Sampler[list[tuple[int, int, int]]]):
         Without groups: every query once, packed by ``pack``. With groups (a mixture of datasets) every
         batch holds queries of one group, so its negatives come from one catalog; group g gets a share
         of the epoch's batches proportional to n_g^(1/T) (``temperature`` T: 1 = by size, larger = flatter,
-        small groups repeated and large ones subsampled), its queries packed pass after pass as needed.
+        small groups repeated and large ones subsampled), its queries packed pass after pass as needed; a
+        group with fewer queries than a batch fills its batches by repeating them.
         ``pinned`` (groups, s): those groups together get the share s of the batches (split among them
         as above), the others 1 - s (self-supervised components of a mixture)."""
         if self._plan is not None and self._plan[0] == self.epoch:
@@ -86,14 +87,13 @@ class ContrastiveBatchSampler(Sampler[list[tuple[int, int, int]]]):
             full = []
             for g in sorted(members):
                 want = max(1, round(total * weight[g] / norm))
+                # a group smaller than one batch repeats its queries to fill one (ToolBench G3's 61 test
+                # queries in a batch of 128): under DDP every batch must be full, and dropping the group
+                # would silently train on nothing of it
+                order = members[g] * -(-self.batch_size // len(members[g]))
                 mine: list[list[tuple[int, int]]] = []
-                for _ in range(want + 1):  # passes over the group (a pass packs at least one batch when it can)
-                    if len(mine) >= want:
-                        break
-                    more = self.pack(list(members[g]), rng)
-                    if not more:
-                        break  # fewer queries than one batch
-                    mine += more
+                while len(mine) < want:  # passes over the group (each packs at least one full batch)
+                    mine += self.pack(list(order), rng)
                 full += mine[:want]
         self.duplicates = sum(len(b) - len({t for _, t in b}) for b in full)
         rng.shuffle(full)

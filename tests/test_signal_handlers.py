@@ -17,6 +17,8 @@ from toolgraph.cli import main as cli
 
 REPO = Path(__file__).resolve().parents[1]
 AT_START = signal.getsignal(signal.SIGTERM)  # read at collection, before any test of the session ran
+# SIGINT's handler then: Python's default, or SIG_IGN when the run was started in the background by a shell
+INT_AT_START = signal.getsignal(signal.SIGINT)
 
 
 def test_a_command_run_in_this_process_puts_the_callers_handlers_back(tmp_path, capsys):
@@ -36,14 +38,14 @@ def test_a_command_run_in_this_process_puts_the_callers_handlers_back(tmp_path, 
         assert signal.getsignal(signal.SIGTERM) is mine and signal.getsignal(signal.SIGTERM) is not _on_signal
         assert cli(["data", "list"]) == 0  # a command that succeeds, too
         assert signal.getsignal(signal.SIGTERM) is mine
-        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        assert signal.getsignal(signal.SIGINT) is INT_AT_START
     finally:
         signal.signal(signal.SIGTERM, before)
 
 
 def test_after_such_a_test_sigterm_has_its_handler_of_before():
     assert signal.getsignal(signal.SIGTERM) is AT_START
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGINT) is INT_AT_START
 
 
 INNER = '''

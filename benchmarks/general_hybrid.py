@@ -293,8 +293,8 @@ def tat_table(mini: dict, gen: dict, rows: list[dict], w: str, setting: str = SE
     tat = [r for r in rows if r["method"] == "general_lodo" and r["setting"] == setting]
     alpha, means = chosen_alpha(tat)  # chosen now, over every such row; each hybrid row keeps its own
     lines = [f"WiSE alpha chosen on val for these models: **{alpha}** (mean val R@5 "
-             + ", ".join(f"alpha {a}: {m:.4f}" for a, m in means.items()) + f"); BM25 weight w = {w}, the weight val chose for the MiniLM hybrid (the line under the table gives "
-             "the rule each dataset's leave-one-dataset-out choice picks for these models). Each row "
+             + ", ".join(f"alpha {a}: {m:.4f}" for a, m in means.items()) + f"); BM25 weight w = {w}, the weight val chose for the MiniLM hybrid (the line under the "
+             "table gives the rule each dataset's leave-one-dataset-out choice picks for these models). Each row "
              "names the alpha it was measured at. Test R@5:", "",
              f"| dataset | MiniLM | MiniLM + BM25 | alpha | general ({setting.removeprefix('zero-shot, ')}) "
              "| Δ vs MiniLM | general + BM25 "

@@ -61,15 +61,14 @@ class ContrastiveBatchSampler(Sampler[list[tuple[int, int, int]]]):
         Without groups: every query once, packed by ``pack``. With groups (a mixture of datasets) every
         batch holds queries of one group, so its negatives come from one catalog; group g gets a share
         of the epoch's batches proportional to n_g^(1/T) (``temperature`` T: 1 = by size, larger = flatter,
-        small groups repeated and large ones subsampled), its queries packed pass after pass as needed; a
-        group with fewer queries than a batch fills its batches by repeating them.
+        small groups repeated and large ones subsampled), its queries packed pass after pass as needed.
         ``pinned`` (groups, s): those groups together get the share s of the batches (split among them
         as above), the others 1 - s (self-supervised components of a mixture)."""
         if self._plan is not None and self._plan[0] == self.epoch:
             return self._plan[1]
         rng = random.Random(self.seed * 1_000_003 + self.epoch)
         if self.groups is None:
-            full = self.pack(list(range(len(self.gold))), rng)
+            full = self.pack(self.filled(list(range(len(self.gold)))), rng)
         else:
             members: dict[int, list[int]] = {}
             for q, g in enumerate(self.groups):
@@ -87,10 +86,7 @@ class ContrastiveBatchSampler(Sampler[list[tuple[int, int, int]]]):
             full = []
             for g in sorted(members):
                 want = max(1, round(total * weight[g] / norm))
-                # a group smaller than one batch repeats its queries to fill one (ToolBench G3's 61 test
-                # queries in a batch of 128): under DDP every batch must be full, and dropping the group
-                # would silently train on nothing of it
-                order = members[g] * -(-self.batch_size // len(members[g]))
+                order = self.filled(members[g])
                 mine: list[list[tuple[int, int]]] = []
                 while len(mine) < want:  # passes over the group (each packs at least one full batch)
                     mine += self.pack(list(order), rng)
@@ -102,6 +98,12 @@ class ContrastiveBatchSampler(Sampler[list[tuple[int, int, int]]]):
                 for batch in full[:usable]][self.rank::self.world]
         self._plan = (self.epoch, plan)
         return plan
+
+    def filled(self, queries: list[int]) -> list[int]:
+        """``queries``, repeated as often as it takes to fill one batch: fewer queries than a batch would
+        pack no full batch (under DDP every batch must be full) and train on nothing of them, as ToolBench
+        G3's 61 test queries once did in the general recipe's batch of 128."""
+        return queries * -(-self.batch_size // len(queries)) if queries else queries
 
     def pack(self, order: list[int], rng: random.Random) -> list[list[tuple[int, int]]]:
         """Full batches of (query, positive tool) from the queries ``order``, in a seeded random order.

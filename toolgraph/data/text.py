@@ -68,7 +68,7 @@ class ContrastiveBatchSampler(Sampler[list[tuple[int, int, int]]]):
             return self._plan[1]
         rng = random.Random(self.seed * 1_000_003 + self.epoch)
         if self.groups is None:
-            full = self.pack(self.filled(list(range(len(self.gold)))), rng)
+            full = self.pack(list(range(len(self.gold))), rng)  # too few for a batch: training refuses it
         else:
             members: dict[int, list[int]] = {}
             for q, g in enumerate(self.groups):
@@ -100,9 +100,10 @@ class ContrastiveBatchSampler(Sampler[list[tuple[int, int, int]]]):
         return plan
 
     def filled(self, queries: list[int]) -> list[int]:
-        """``queries``, repeated as often as it takes to fill one batch: fewer queries than a batch would
-        pack no full batch (under DDP every batch must be full) and train on nothing of them, as ToolBench
-        G3's 61 test queries once did in the general recipe's batch of 128."""
+        """A mixture group's ``queries``, repeated as often as it takes to fill one batch: fewer queries than
+        a batch would pack no full batch (under DDP every batch must be full) and train on nothing of them,
+        as ToolBench G3's 61 test queries once did in the general recipe's batch of 128. (A whole training
+        set smaller than a batch is refused instead, naming ``data.batch_size``.)"""
         return queries * -(-self.batch_size // len(queries)) if queries else queries
 
     def pack(self, order: list[int], rng: random.Random) -> list[list[tuple[int, int]]]:

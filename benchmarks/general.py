@@ -96,16 +96,19 @@ def train_mixture(names: list[str], holdout: str | None, near_dups: Path | None,
     return json.loads((out / "results.json").read_text())
 
 
-def zero_shot(encoder: Path, dataset: str, wise: float | None = None, split: str = "test") -> tuple[dict, int]:
+def zero_shot(encoder: Path, dataset: str, wise: float | None = None, split: str = "test",
+              query_split: str = "none") -> tuple[dict, int]:
     """The exported encoder in place of MiniLM in the dataset's own MiniLM eval file (same protocol).
-    ``wise``: the weights ``wise * trained + (1 - wise) * MiniLM`` instead (WiSE-FT, Wortsman et al. 2022)."""
+    ``wise``: the weights ``wise * trained + (1 - wise) * MiniLM`` instead (WiSE-FT, Wortsman et al. 2022);
+    ``query_split``: the retriever splits each request first (``retriever.query_split``)."""
     from toolgraph.config import EvaluateConfig, load_config
     from toolgraph.data import prepare_dataset
     from toolgraph.evaluation import evaluate
     from toolgraph.retrieval.loading import resolve_retriever
 
     cfg = load_config(EvaluateConfig, [ROOT / "configs" / "eval" / f"minilm_{dataset}.yaml"],
-                      [f"retriever.model={encoder}", "retriever.cache_dir=null", f"data.split={split}"])
+                      [f"retriever.model={encoder}", "retriever.cache_dir=null", f"data.split={split}",
+                       f"retriever.query_split={query_split}"])
     retriever = resolve_retriever(cfg.retriever)
     if wise is not None:
         from toolgraph.nn.encoder import interpolate_weights
@@ -160,22 +163,25 @@ def lodo(args: argparse.Namespace) -> None:
         run = models.setdefault(key, runs / f"lodo-{key}")
         # the trained weights as they are (model.wise off): --wise interpolates them here, on val and test
         results = train_mixture(names, held, dup_file, run, args.config, ["model.wise=null", *args.overrides], as_train)
-        metrics, n = zero_shot(run / "retriever" / "encoder", held)
-        variants = {f"wise-{a}": {k: round(v, 4) for k, v in zero_shot(run / "retriever" / "encoder", held, a)[0].items()
+        encoder, qs = run / "retriever" / "encoder", args.query_split
+        label = ", ".join(x for x in (args.label, f"query split {qs}" if qs != "none" else None) if x) or None
+        metrics, n = zero_shot(encoder, held, query_split=qs)
+        variants = {f"wise-{a}": {k: round(v, 4) for k, v in zero_shot(encoder, held, a, query_split=qs)[0].items()
                                   if k in ("recall@5", "ndcg@5")} for a in args.wise}
         val = {}  # R@5 on the held-out dataset's val split (where it has one): how alpha is chosen, never on test
         if any(q.split == "val" for q in held_ds.queries):
-            val = {str(a): round(zero_shot(run / "retriever" / "encoder", held, None if a == 1 else a, "val")[0]["recall@5"], 4)
+            val = {str(a): round(zero_shot(encoder, held, None if a == 1 else a, "val", qs)[0]["recall@5"], 4)
                    for a in [1.0, *args.wise]}
         minilm, bm25 = baseline("dense", held), baseline("bm25", held)
         leak = {name: r["dropped"] for name, r in kept.notes["mixture"].items() if r.get("dropped")}
-        setting = (TAT if as_train else "zero-shot") + (f", {args.label}" if args.label else "")
+        setting = (TAT if as_train else "zero-shot") + (f", {label}" if label else "")
         row = {"method": "general_lodo", "dataset": held, "split": "test", "setting": setting,
                "encoder": "all-MiniLM-L6-v2", "queries": n, "metrics": {k: round(metrics[k], 4) for k in KEEP},
                "minilm": {k: minilm.get(k) for k in ("recall@5", "ndcg@5")},
                "bm25": {k: bm25.get(k) for k in ("recall@5", "ndcg@5")},
                "delta_r5_vs_minilm": round(metrics["recall@5"] - minilm.get("recall@5", float("nan")), 4),
-               "variants": variants, "val_recall@5": val, "label": args.label, "overrides": args.overrides,
+               "variants": variants, "val_recall@5": val, "label": label, "overrides": args.overrides,
+               "query_split": qs,
                "trained_on": names, "test_as_train": as_train,
                "train_queries": sum(r["train"] for r in kept.notes["mixture"].values() if not r.get("self_supervised")),
                "self_supervised_queries": sum(r["train"] for r in kept.notes["mixture"].values() if r.get("self_supervised")),
@@ -281,13 +287,19 @@ def variants_table(labelled: list[dict], rows: list[dict]) -> str:
     """Each labelled run (``lodo --label``) beside the base recipe's row of the same held-out dataset
     and setting, on the same device where there is one (the unlabelled row, else a ``rerun``), else the
     unlabelled row: val R@5 (what decides) at alpha 1.0 and 0.5, and test R@5 as trained; means per
-    label over the datasets both have. A ``rerun`` is compared with the unlabelled row (device noise)."""
+    label over the datasets both have. A ``rerun`` is compared with the unlabelled row (device noise), a
+    ``--query-split`` row with the same models' row without the split."""
     bases: dict[tuple[str, str], list[dict]] = {}
+    unsplit: dict[tuple[str, str], list[dict]] = {}  # every row evaluated without a query split
     for r in rows:
-        if r["method"] == "general_lodo" and r.get("label") in (None, RERUN):
-            bases.setdefault((r["dataset"], r["setting"].removesuffix(f", {RERUN}")), []).append(r)
+        if r["method"] == "general_lodo" and r.get("query_split", "none") == "none":
+            unsplit.setdefault((r["dataset"], r["setting"]), []).append(r)
+            if r.get("label") in (None, RERUN):
+                bases.setdefault((r["dataset"], r["setting"].removesuffix(f", {RERUN}")), []).append(r)
 
     def base_for(r: dict, setting: str) -> dict | None:
+        if r.get("query_split", "none") != "none":
+            return (unsplit.get((r["dataset"], r["setting"].removesuffix(f", query split {r['query_split']}"))) or [None])[0]
         found = [b for b in bases.get((r["dataset"], setting), []) if b is not r]
         main = [b for b in found if not b.get("label")]
         same = [b for b in found if b.get("device") == r.get("device")] if r["label"] != RERUN else []
@@ -309,7 +321,8 @@ def variants_table(labelled: list[dict], rows: list[dict]) -> str:
                     continue
                 cells.append(f"{old:.4f} → {new:.4f}")
                 sums.setdefault(key, []).append(new - old)
-            where = "–" if b is None else (b.get("label") or "main") + (
+            where = "–" if b is None else (b.get("label") or "main") + (" without the split" if b is not None and
+                                                                      r.get("query_split", "none") != "none" else "") + (
                 ", same device" if b.get("device") == r.get("device") else f", {short_device(b.get('device'))}")
             lines.append(f"| {label} | {r['dataset']} | {' | '.join(cells)} | {where} | {short_device(r.get('device'))} |")
         mean = [f"{sum(v) / len(v):+.4f} ({len(v)})" if (v := sums.get(k)) else "–" for k in ("val 1.0", "val 0.5", "test")]
@@ -483,6 +496,8 @@ def main() -> None:
                    help="the datasets published with a test split only (all but the held-out one) train too")
     a.add_argument("--config", nargs="*", default=[], help="config files over configs/general.yaml (e.g. a cluster overlay)")
     a.add_argument("--overrides", nargs="*", default=[], help="train.py overrides for every model (key=value)")
+    a.add_argument("--query-split", default="none", choices=("none", "sentences", "clauses"),
+                   help="evaluate with retriever.query_split (not part of the model: trained folders are reused)")
     a.add_argument("--label", default=None,
                    help="a recipe variant or a rerun (e.g. 'prefixes'): appended to the rows' setting, so they sit "
                         "beside the main rows instead of replacing them (docs/general.md, 'Recipe variants')")

@@ -126,3 +126,13 @@ def test_unseen_datasets_are_test_only_ones_with_no_leak_and_no_near_duplicate(g
             main("toollens"),  # a training split: never unseen
             {**main("gorilla-tensorflow"), "setting": "zero-shot, test-only datasets train"}]
     assert general.unseen_datasets(rows) == ["seal-tools"]
+
+
+def test_a_query_split_row_is_compared_with_the_same_models_without_the_split(general):
+    split = {**row("toollens", TAT, {"1.0": 0.35}, 0.33, "sampler fix, query split clauses"), "query_split": "clauses"}
+    rows = [row("toollens", TAT, {"1.0": 0.30}, 0.31),  # the main recipe: not the base of a split row
+            row("toollens", TAT, {"1.0": 0.32}, 0.29, "sampler fix"), split]
+    table = general.variants_table([r for r in rows if r["label"]], rows)
+    assert ("| sampler fix, query split clauses | toollens | 0.3200 → 0.3500 | – | 0.2900 → 0.3300 "
+            "| sampler fix without the split, same device | CPU, 2 threads |") in table
+    assert "| sampler fix | toollens | 0.3000 → 0.3200 | – | 0.3100 → 0.2900 | main, same device |" in table

@@ -59,7 +59,7 @@ from toolgraph.retrieval.fusion_model import normalise
 from toolgraph.retrieval.manifest import mark_writing
 from toolgraph.retrieval.pipeline import _save_with
 from toolgraph.retrieval.progress import batches
-from toolgraph.retrieval.steps import merged_scores, ranks
+from toolgraph.retrieval.steps import merged_scores, ranks, split_scores
 from toolgraph.retrieval.topk import topk
 
 NONE = -1.0e9  # score of an agent with no entity (no tools, not indexed)
@@ -215,10 +215,14 @@ class AgentRetriever(Retriever):
 
     # ---- entity scores --------------------------------------------------------------------------
     def _dense_scores(self, queries: list[str]) -> torch.Tensor:
-        q = self.dense.encode_queries(queries)
-        if self.dense.config.normalize:
-            q = F.normalize(q, dim=-1)
-        return q @ torch.cat([self.tool_vectors, self.agent_vectors]).T  # [Q, N + A]
+        entities = torch.cat([self.tool_vectors, self.agent_vectors])
+
+        def score(texts: list[str]) -> torch.Tensor:
+            q = self.dense.encode_queries(texts)
+            return (F.normalize(q, dim=-1) if self.dense.config.normalize else q) @ entities.T
+
+        # the dense member's query_split: each request's pieces scored, an entity's score its best piece's
+        return split_scores(score, queries, getattr(self.dense.config, "query_split", "none"))  # [Q, N + A]
 
     def _bm25_scores(self, queries: list[str]) -> torch.Tensor:
         tokens = bm25s.tokenize(queries, stopwords="en", return_ids=False, show_progress=False)

@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Literal
 import torch
 from safetensors.torch import save_file
 
-from toolgraph.config import TextEncoderSpec, ToolText, accepts_renamed, bounded, encoder_spec
+from toolgraph.config import QuerySplit, TextEncoderSpec, ToolText, accepts_renamed, bounded, encoder_spec
 from toolgraph.errors import ConfigError, DataError, ModelNotFoundError
 from toolgraph.nn.encoder import _MINILM as _NAMED
 from toolgraph.nn.encoder import (
@@ -39,6 +39,7 @@ from toolgraph.retrieval.cache import EmbeddingCache
 from toolgraph.retrieval.chunks import CHUNK, encode_in_chunks, rank_and_world
 from toolgraph.retrieval.delta import Delta, Merge, read_delta
 from toolgraph.retrieval.encode import encode_texts
+from toolgraph.retrieval.steps import SPLITS, merge_piece_hits, split_scores
 
 _UNCACHED = threading.local()
 _STREAM = threading.local()
@@ -101,6 +102,9 @@ class DenseConfig(RetrieverConfig):
     chunk_size: int = bounded(CHUNK, ge=1)  # tools per resumable chunk when index sync encodes (retrieval/chunks.py)
     device: Literal["auto", "cpu", "cuda"] = "auto"
     progress: bool = True
+    # each request split into pieces (sentences, or clauses: sentences and "then" / "also" parts), each
+    # piece scored, a tool's score its best piece's (retrieval/steps.py); none: the request as one text
+    query_split: QuerySplit = "none"
 
     renamed: ClassVar[dict[str, str]] = ENCODER_KEYS
 
@@ -323,12 +327,17 @@ class DenseRetriever(Retriever):
         return self.embed(texts, "encoding queries", self.config.encoder.max_query_length)  # [Q, H]
 
     def score(self, queries: list[str]) -> torch.Tensor:
-        return self.encode_queries(queries) @ self.tool_vectors.T  # [Q, N]
+        return split_scores(lambda texts: self.encode_queries(texts) @ self.tool_vectors.T, queries,
+                            self.config.query_split)  # [Q, N]
 
     def _search(self, queries: list[str], k: int) -> tuple[torch.Tensor, torch.Tensor]:
         if self._ann is None:
             return super()._search(queries, k)
-        return self._ann.search(self.encode_queries(queries), k)
+        if self.config.query_split == "none":
+            return self._ann.search(self.encode_queries(queries), k)
+        pieces = [SPLITS[self.config.query_split](q) for q in queries]
+        values, indices = self._ann.search(self.encode_queries([p for ps in pieces for p in ps]), k)
+        return merge_piece_hits(values, indices, [len(ps) for ps in pieces], k)
 
     # ---- persistence ------------------------------------------------------------------------
     def _save_state(self, folder: Path) -> None:

@@ -18,6 +18,12 @@ interleave 0.561 / 0.905, rrf 0.622 / 0.857) and holds on the other ToolBench se
 
 Steps come from the data (``Query.steps``, e.g. MCP tasks' annotated steps) or, where a benchmark
 has none, from splitting the request into sentences (:func:`sentences`).
+
+A retriever can also split every request it is given on its own (``retriever.query_split``,
+:func:`split_scores`): the request's pieces (:data:`SPLITS`) are scored and merged by ``max``, so a
+request that asks for several things finds each thing's tool ("Create a device named 'iEdge'. After
+that, check if my session token is still valid" needs a device tool and a token tool; one vector of the
+whole request sits between them). A request of one piece scores as before.
 """
 
 from __future__ import annotations
@@ -28,11 +34,58 @@ import torch
 
 MERGES = ("rrf", "interleave", "max")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=\S)")
+# a clause boundary: a sentence end (also ";"), or a connective that starts the next request
+_CLAUSE_END = re.compile(r",?\s+(?:and then|then|also|as well as|additionally|and also)\s+|(?<=[.!?;])\s+(?=\S)",
+                         re.IGNORECASE)
+MIN_CLAUSE_WORDS = 3  # shorter pieces ("Thanks.", "Also") are dropped: they name no tool
 
 
 def sentences(text: str) -> list[str]:
     """Split a request at sentence ends (., !, ? followed by space); empty pieces dropped."""
     return [s.strip() for s in _SENTENCE_END.split(text.strip()) if s.strip()] or [text]
+
+
+def clauses(text: str) -> list[str]:
+    """Split a request into the clauses that may each need a tool: at sentence ends and ``;``, and
+    before ``then``, ``also``, ``additionally``, ``as well as``, ``and then``, ``and also``. Pieces
+    of fewer than :data:`MIN_CLAUSE_WORDS` words are dropped; fewer than two left: the whole request."""
+    pieces = [p.strip(" ,.;") for p in _CLAUSE_END.split(text.strip())]
+    kept = [p for p in pieces if len(p.split()) >= MIN_CLAUSE_WORDS]
+    return kept if len(kept) > 1 else [text]
+
+
+# retriever.query_split: how a retriever splits a request before scoring it (none: it does not)
+SPLITS = {"none": lambda text: [text], "sentences": sentences, "clauses": clauses}
+
+
+def split_scores(score_fn, queries: list[str], rule: str) -> torch.Tensor:
+    """[Q, N] scores of ``queries`` when each is split by ``rule`` (a key of :data:`SPLITS`) and its
+    pieces' score rows merge by ``max``: one call to ``score_fn`` for every piece of every query."""
+    if rule not in SPLITS:
+        raise ValueError(f"query split must be one of {tuple(SPLITS)}, got {rule!r}")
+    if rule == "none":
+        return score_fn(queries)
+    return merged_scores(score_fn, [SPLITS[rule](q) for q in queries], "max")
+
+
+def merge_piece_hits(values: torch.Tensor, indices: torch.Tensor, counts: list[int],
+                     k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The top-k hits of each query from its pieces' top-k hits (an approximate index searched piece by
+    piece): rows ``[lo, lo + counts[q])`` of ``values`` / ``indices`` ([P, k']) are query q's pieces;
+    a tool's score is its best piece's, ties broken by tool position. -> ([Q, k'], [Q, k'])."""
+    width = min(k, values.shape[1])
+    out_v, out_i, lo = [], [], 0
+    for n in counts:
+        best: dict[int, float] = {}
+        for v, i in zip(values[lo:lo + n].flatten().tolist(), indices[lo:lo + n].flatten().tolist()):
+            if v > best.get(i, float("-inf")):
+                best[i] = v
+        top = sorted(best.items(), key=lambda hit: (-hit[1], hit[0]))[:width]
+        out_v.append([v for _, v in top])
+        out_i.append([i for i, _ in top])
+        lo += n
+    return torch.tensor(out_v, dtype=values.dtype).reshape(len(counts), width), \
+        torch.tensor(out_i, dtype=torch.long).reshape(len(counts), width)
 
 
 def ranks(scores: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,146 @@
+"""Issue "General retriever": requests split into pieces before dense scoring (``retriever.query_split``).
+
+A request that asks for several things ("Create a device named 'iEdge'. After that, check if my session
+token is still valid") needs one tool per thing, and one vector of the whole request sits between them.
+``query_split: sentences | clauses`` scores each piece on its own and gives a tool its best piece's score
+(toolgraph/retrieval/steps.py). Zero-shot: it reads the request only, never a label.
+
+For every dataset with a test split, this measures the dense retriever (MiniLM, or with ``--lodo SETTING``
+each dataset's leave-one-dataset-out model at its val-chosen WiSE alpha) under each split rule, alone and
+fused with BM25 (``dense + w * bm25``, min-max scores, BM25 on the whole request):
+
+    python benchmarks/query_split.py                         # MiniLM, the 14 datasets
+    python benchmarks/query_split.py --lodo "zero-shot, test-only datasets train, sampler fix" \\
+        --datasets seal-tools api-bank gorilla-torchhub toollens metatool ultratool toollinkos
+
+The rule (split and w) is chosen by the mean R@5 on the val splits of the datasets that have one; test
+never chooses. Beside the pooled choice, each dataset's test R@5 under the rule chosen on the *other*
+datasets' val splits (what a catalog outside all of them gets). Rows: benchmarks/results/query_split.json;
+table: docs/general.md (block ``general-query-split``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from general import LODO_SETS, PAGE, chosen_alpha  # noqa: E402
+from general_hybrid import grid  # noqa: E402
+from results_io import RESULTS, machine, upsert, write_block  # noqa: E402
+
+NAME = "query_split"
+SPLITS = ("none", "sentences", "clauses")
+MINILM = "all-MiniLM-L6-v2"
+
+
+def lodo_model(setting: str, dataset: str) -> tuple[Path, float | None]:
+    """The encoder folder of ``dataset``'s general_lodo row of ``setting`` and the WiSE alpha its
+    setting's val splits chose (None: the weights as trained)."""
+    import json
+
+    rows = [r for r in json.loads((RESULTS / "general.json").read_text())["rows"]
+            if r["method"] == "general_lodo" and r["setting"] == setting]
+    mine = [r for r in rows if r["dataset"] == dataset]
+    if not mine:
+        raise SystemExit(f"--lodo: no general_lodo row of {dataset!r} with setting {setting!r} in general.json")
+    alpha = chosen_alpha(rows)[0]
+    folder = Path(mine[0]["run"]) / "retriever" / "encoder"
+    if not folder.is_dir():
+        raise SystemExit(f"--lodo: {folder} is not here (train it with benchmarks/general.py lodo)")
+    return folder, None if alpha == "1.0" else float(alpha)
+
+
+def measure(args: argparse.Namespace) -> None:
+    dense = args.lodo or MINILM
+    for d in args.datasets:
+        start = time.perf_counter()
+        encoder, wise = lodo_model(args.lodo, d) if args.lodo else (None, None)
+        test, val, queries = {}, {}, 0
+        for rule in SPLITS:
+            got = grid(d, args.weights, encoder, wise, query_split=rule)
+            test[rule], queries = got["test"], got["queries"]
+            if got["val_recall@5"]:
+                val[rule] = got["val_recall@5"]
+        row = {"method": NAME, "dataset": d, "split": "test", "setting": f"zero-shot, {dense}", "dense": dense,
+               "wise": wise, "queries": queries, "metrics": test, "val_recall@5": val,
+               "seconds": round(time.perf_counter() - start, 1), "command": args.command, "machine": machine()}
+        upsert(NAME, [row])
+        print(f"{d}: test R@5 " + ", ".join(f"{r} {test[r]['0.0']['recall@5']:.4f}" for r in SPLITS)
+              + ("; val " + ", ".join(f"{r} {val[r]['0.0']:.4f}" for r in val) if val else ""), flush=True)
+    render()
+
+
+def choose(rows: list[dict]) -> tuple[tuple[str, str], dict[tuple[str, str], float]]:
+    """The (split, w) with the best mean val R@5 over ``rows`` with a val split; a tie keeps the earlier
+    one in the order none < sentences < clauses, then w ascending (the simpler rule)."""
+    have = [r for r in rows if r["val_recall@5"]]
+    keys = [(s, w) for s in SPLITS for w in sorted(have[0]["val_recall@5"][s], key=float)] if have else []
+    means = {k: sum(r["val_recall@5"][k[0]][k[1]] for r in have) / len(have) for k in keys}
+    best = max(keys, key=lambda k: (round(means[k], 6), -keys.index(k))) if keys else ("none", "0.0")
+    return best, means
+
+
+def table(rows: list[dict], dense: str) -> list[str]:
+    rows = sorted(rows, key=lambda r: LODO_SETS.index(r["dataset"]))
+    (split, w), means = choose(rows)
+    alone = choose([{**r, "val_recall@5": {s: {"0.0": v["0.0"]} for s, v in r["val_recall@5"].items()}}
+                    for r in rows])[0]
+    hybrid_w = max((k for k in means if k[0] == "none"), key=lambda k: (round(means[k], 6), -float(k[1])))[1] \
+        if means else "0.0"
+    lines = [f"**{dense}** ({len(rows)} datasets). Mean val R@5 over the {sum(bool(r['val_recall@5']) for r in rows)} "
+             "with a val split: " + "; ".join(f"{s}: " + ", ".join(f"w {k[1]} {m:.4f}" for k, m in means.items() if k[0] == s)
+                                            for s in SPLITS) + ".",
+             f"Chosen on val: dense alone **{alone[0]}**; with BM25 **{split}, w {w}** (without a split: w {hybrid_w}).", "",
+             f"| dataset | R@5 none | R@5 sentences | R@5 clauses | Δ clauses | hybrid none (w {hybrid_w}) | hybrid {split} (w {w}) "
+             "| Δ hybrid | rule chosen on the other datasets' val | its R@5 |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    sums: dict[str, list[float]] = {}
+    for r in rows:
+        m = r["metrics"]
+        cells = [m[s]["0.0"]["recall@5"] for s in SPLITS] + [m["none"][hybrid_w]["recall@5"], m[split][w]["recall@5"]]
+        other = choose([o for o in rows if o is not r])[0]
+        lodo = m[other[0]][other[1]]["recall@5"]
+        for key, v in zip(("none", "sentences", "clauses", "hybrid", "hybrid split", "lodo"), [*cells, lodo]):
+            sums.setdefault(key, []).append(v)
+        lines.append(f"| {r['dataset']} | {cells[0]:.3f} | {cells[1]:.3f} | {cells[2]:.3f} | {cells[2] - cells[0]:+.3f} "
+                     f"| {cells[3]:.3f} | {cells[4]:.3f} | {cells[4] - cells[3]:+.3f} | {other[0]}, w {other[1]} "
+                     f"| {lodo:.3f} |")
+    mean = {k: sum(v) / len(v) for k, v in sums.items()}
+    lines.append(f"| **mean of {len(rows)}** | {mean['none']:.3f} | {mean['sentences']:.3f} | {mean['clauses']:.3f} "
+                 f"| {mean['clauses'] - mean['none']:+.3f} | {mean['hybrid']:.3f} | {mean['hybrid split']:.3f} "
+                 f"| {mean['hybrid split'] - mean['hybrid']:+.3f} | | {mean['lodo']:.3f} |")
+    return lines
+
+
+def render(page: str | Path = PAGE) -> None:
+    import json
+
+    path = RESULTS / f"{NAME}.json"
+    rows = json.loads(path.read_text())["rows"] if path.exists() else []
+    out: list[str] = []
+    for dense in dict.fromkeys(r["dense"] for r in rows):
+        out += [*table([r for r in rows if r["dense"] == dense], dense), ""]
+    if out:
+        write_block(page, "general-query-split", "\n".join(out).rstrip())
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--datasets", nargs="+", default=list(LODO_SETS), choices=LODO_SETS)
+    p.add_argument("--weights", nargs="+", type=float, default=[0.2, 0.3, 0.5], help="BM25 weights of the hybrid")
+    p.add_argument("--lodo", default=None, help="the general_lodo setting whose models are the dense member "
+                                                "(default: MiniLM, no training)")
+    p.add_argument("--render", action="store_true", help="only rewrite the docs table from the rows")
+    p.add_argument("--command", default=None)
+    args = p.parse_args()
+    args.command = args.command or "python benchmarks/query_split.py " + shlex.join(sys.argv[1:])
+    render() if args.render else measure(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,41 @@
+"""benchmarks/query_split.py: the split rule and BM25 weight are chosen on val, and each dataset's
+leave-one-dataset-out column uses the rule the other datasets' val splits choose (hand-made rows)."""
+
+import pytest
+from conftest import load_benchmark
+
+
+@pytest.fixture
+def qs(monkeypatch):
+    return load_benchmark("query_split", monkeypatch)
+
+
+def row(dataset, val, test):
+    """val / test: {split: {w: R@5}} for splits none, sentences, clauses and w "0.0", "0.3"."""
+    return {"method": "query_split", "dataset": dataset, "dense": "all-MiniLM-L6-v2", "val_recall@5": val,
+            "metrics": {s: {w: {"recall@5": v} for w, v in ws.items()} for s, ws in test.items()}}
+
+
+def grid(none, sentences, clauses, bm25=0.0):
+    return {"none": {"0.0": none, "0.3": none + bm25}, "sentences": {"0.0": sentences, "0.3": sentences + bm25},
+            "clauses": {"0.0": clauses, "0.3": clauses + bm25}}
+
+
+def test_the_rule_is_chosen_on_val_and_a_tie_keeps_the_simpler_one(qs):
+    rows = [row("seal-tools", grid(0.5, 0.6, 0.7, 0.05), grid(0.5, 0.6, 0.7)),
+            row("metatool", grid(0.8, 0.79, 0.79, -0.01), grid(0.8, 0.8, 0.8)),
+            row("toolbench-g3", {}, grid(0.4, 0.45, 0.5))]  # no val split: never chooses
+    (split, w), means = qs.choose(rows)
+    assert (split, w) == ("clauses", "0.3")  # (0.75 + 0.78) / 2 beats every other rule's mean
+    assert means[("none", "0.0")] == pytest.approx(0.65)
+    tie = [row("metatool", grid(0.8, 0.8, 0.8), grid(0.8, 0.8, 0.8))]
+    assert qs.choose(tie)[0] == ("none", "0.0")
+
+
+def test_each_dataset_gets_the_rule_of_the_others_val_in_the_lodo_column(qs):
+    rows = [row("seal-tools", grid(0.5, 0.6, 0.7), grid(0.5, 0.6, 0.7)),
+            row("metatool", grid(0.8, 0.8, 0.8), grid(0.8, 0.81, 0.79))]
+    table = "\n".join(qs.table(rows, "all-MiniLM-L6-v2"))
+    # metatool's own val would tie (none); seal-tools alone chooses clauses, so metatool gets 0.79
+    assert "| metatool | 0.800 | 0.810 | 0.790 | -0.010 |" in table and table.count("| clauses, w 0.0 | 0.790 |") == 1
+    assert "| seal-tools | 0.500 | 0.600 | 0.700 | +0.200 |" in table and "| none, w 0.0 | 0.500 |" in table

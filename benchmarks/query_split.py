@@ -38,9 +38,9 @@ SPLITS = ("none", "sentences", "clauses")
 MINILM = "all-MiniLM-L6-v2"
 
 
-def lodo_model(setting: str, dataset: str) -> tuple[Path, float | None]:
-    """The encoder folder of ``dataset``'s general_lodo row of ``setting`` and the WiSE alpha its
-    setting's val splits chose (None: the weights as trained)."""
+def lodo_model(setting: str, dataset: str, wise: float | None = None) -> tuple[Path, float | None]:
+    """The encoder folder of ``dataset``'s general_lodo row of ``setting`` and the WiSE alpha: ``wise``
+    when given, else the one its setting's val splits chose (None: the weights as trained)."""
     import json
 
     rows = [r for r in json.loads((RESULTS / "general.json").read_text())["rows"]
@@ -48,7 +48,7 @@ def lodo_model(setting: str, dataset: str) -> tuple[Path, float | None]:
     mine = [r for r in rows if r["dataset"] == dataset]
     if not mine:
         raise SystemExit(f"--lodo: no general_lodo row of {dataset!r} with setting {setting!r} in general.json")
-    alpha = chosen_alpha(rows)[0]
+    alpha = str(wise) if wise is not None else chosen_alpha(rows)[0]
     folder = Path(mine[0]["run"]) / "retriever" / "encoder"
     if not folder.is_dir():
         raise SystemExit(f"--lodo: {folder} is not here (train it with benchmarks/general.py lodo)")
@@ -56,10 +56,10 @@ def lodo_model(setting: str, dataset: str) -> tuple[Path, float | None]:
 
 
 def measure(args: argparse.Namespace) -> None:
-    dense = args.lodo or MINILM
+    dense = MINILM if not args.lodo else args.lodo + (f", WiSE {args.wise}" if args.wise is not None else "")
     for d in args.datasets:
         start = time.perf_counter()
-        encoder, wise = lodo_model(args.lodo, d) if args.lodo else (None, None)
+        encoder, wise = lodo_model(args.lodo, d, args.wise) if args.lodo else (None, None)
         test, val, queries = {}, {}, 0
         for rule in SPLITS:
             got = grid(d, args.weights, encoder, wise, query_split=rule)
@@ -135,6 +135,8 @@ def main() -> None:
     p.add_argument("--weights", nargs="+", type=float, default=[0.2, 0.3, 0.5], help="BM25 weights of the hybrid")
     p.add_argument("--lodo", default=None, help="the general_lodo setting whose models are the dense member "
                                                 "(default: MiniLM, no training)")
+    p.add_argument("--wise", type=float, default=None, help="--lodo: the WiSE alpha of the models (default: the "
+                                                                "one their setting's val splits chose)")
     p.add_argument("--render", action="store_true", help="only rewrite the docs table from the rows")
     p.add_argument("--command", default=None)
     args = p.parse_args()

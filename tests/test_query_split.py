@@ -105,3 +105,20 @@ def test_an_unknown_split_names_the_key(tmp_path):
     cfg.write_text("retriever: {name: dense, query_split: words}\n")
     with pytest.raises(ConfigError, match="query_split"):
         load_config(EvaluateConfig, [cfg])
+
+
+def test_a_key_can_be_added_to_a_presets_inline_dense_retriever_and_a_wrong_one_is_named(tmp_path):
+    from pathlib import Path
+
+    from toolgraph.config import EvaluateConfig
+    from toolgraph.retrieval.loading import resolve_retriever
+
+    preset = Path(__file__).resolve().parents[1] / "configs" / "eval" / "t2a_draft_g2.yaml"
+    cfg = load_config(EvaluateConfig, [preset], ["retriever.dense.query_split=clauses"])
+    assert cfg.retriever.dense["query_split"] == "clauses"
+    assert cfg.retriever.dense["encoder"]["name"] == "toolgraph-general"  # the preset's keys kept
+    overlay = tmp_path / "overlay.yaml"
+    overlay.write_text(f"defaults: [{preset}]\nretriever:\n  dense: {{query_splt: clauses}}\n")
+    wrong = load_config(EvaluateConfig, [overlay])
+    with pytest.raises(ConfigError, match="query_splt"):
+        _ = resolve_retriever(wrong.retriever).dense  # the inline member is built (and checked) on first use

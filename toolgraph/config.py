@@ -845,6 +845,7 @@ def load_config(schema: Any, files: Sequence[str | Path | Mapping] = (), overrid
         except (OmegaConfBaseException, TypeError) as e:  # TypeError: a list merged onto a mapping
             key = getattr(e, "full_key", None) or "?"
             raise ConfigError(f"{src_name}: key '{key}': {_explain(e, key, base, src, src_name)}") from None
+        _open_inline_retrievers(base, chosen)
     try:
         cfg = OmegaConf.to_object(base)
     except OmegaConfBaseException as e:
@@ -852,6 +853,17 @@ def load_config(schema: Any, files: Sequence[str | Path | Mapping] = (), overrid
     for bad in invalid_values(cfg):
         raise ConfigError(f"{_source_of(bad.key, sources)}{bad}") from None
     return cfg
+
+
+def _open_inline_retrievers(base: DictConfig, chosen: Mapping[str, type]) -> None:
+    """Let a later source add keys to an inline retriever dict an earlier one wrote (``retriever.dense:
+    {name: dense, ...}`` in a preset, ``retriever.dense.query_split=clauses`` on the command line): the
+    dict's keys are checked by its own class when the retriever is built (``Retriever.parse_config``)."""
+    for section, cls in chosen.items():
+        for slot in getattr(cls, "retriever_slots", ()):
+            node = OmegaConf.select(base, f"{section}.{slot}", default=None, throw_on_missing=False)
+            if isinstance(node, DictConfig):
+                OmegaConf.set_struct(node, False)
 
 
 def _explain(e: Exception, key: str, base: DictConfig, src: DictConfig, src_name: str) -> str:

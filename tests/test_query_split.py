@@ -122,3 +122,13 @@ def test_a_key_can_be_added_to_a_presets_inline_dense_retriever_and_a_wrong_one_
     wrong = load_config(EvaluateConfig, [overlay])
     with pytest.raises(ConfigError, match="query_splt"):
         _ = resolve_retriever(wrong.retriever).dense  # the inline member is built (and checked) on first use
+
+
+def test_the_serving_default_splits_requests_into_clauses():
+    from pathlib import Path
+
+    from toolgraph.config import EvaluateConfig
+    from toolgraph.retrieval.agents import DEFAULT_DENSE
+    assert DenseRetriever.parse_config(dict(DEFAULT_DENSE)).query_split == "clauses"
+    preset = Path(__file__).resolve().parents[1] / "configs" / "retriever" / "t2a.yaml"
+    assert load_config(EvaluateConfig, [preset]).retriever.dense["query_split"] == "clauses"

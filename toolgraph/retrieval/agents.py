@@ -70,8 +70,10 @@ NONE = -1.0e9  # score of an agent with no entity (no tools, not indexed)
 # val R@5 0.558 over the 7 datasets with a val split, RRF 0.543); rrf / weighted_rrf: equal votes
 BM25_WEIGHT = {"score": 0.3, "rrf": 1.0, "weighted_rrf": 1.0}
 
-# the general tool retriever when it is installed, MiniLM otherwise (nn/encoder.py says which on stderr)
-DEFAULT_DENSE = {"name": "dense", "encoder": {"name": "toolgraph-general", "max_length": 128}}
+# the general tool retriever when it is installed, MiniLM otherwise (nn/encoder.py says which on stderr);
+# each request split into clauses, a tool scored by its best clause: the rule the val splits choose for the
+# hybrid, with MiniLM and with the leave-one-dataset-out models (benchmarks/query_split.py, docs/general.md)
+DEFAULT_DENSE = {"name": "dense", "encoder": {"name": "toolgraph-general", "max_length": 128}, "query_split": "clauses"}
 
 
 @dataclass

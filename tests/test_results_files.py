@@ -48,6 +48,7 @@ GENERATED = {
                         "general-variants", "general-recipes", "general-full-finetune", "general-encoders"}),
     "general_hybrid": ({}, "docs/general.md", {"general-hybrid", "general-hybrid-tat", "general-hybrid-self-supervised", "general-hybrid-full-finetune",
                                              "general-hybrid-full-finetune-lr6e-5", "general-hybrid-bm25-fusion"}),
+    "query_split": ({}, "docs/general.md", {"general-query-split"}),
 }
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 MARKER = re.compile(r"<!-- ([\w-]+):start -->")

@@ -483,6 +483,10 @@ def render(page: str | Path = PAGE) -> None:
 
 
 def main() -> None:
+    from typing import get_args
+
+    from toolgraph.config import QuerySplit
+
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     a = sub.add_parser("lodo", help="leave-one-dataset-out rows")
@@ -496,7 +500,7 @@ def main() -> None:
                    help="the datasets published with a test split only (all but the held-out one) train too")
     a.add_argument("--config", nargs="*", default=[], help="config files over configs/general.yaml (e.g. a cluster overlay)")
     a.add_argument("--overrides", nargs="*", default=[], help="train.py overrides for every model (key=value)")
-    a.add_argument("--query-split", default="none", choices=("none", "sentences", "clauses"),
+    a.add_argument("--query-split", default="none", choices=get_args(QuerySplit),
                    help="evaluate with retriever.query_split (not part of the model: trained folders are reused)")
     a.add_argument("--label", default=None,
                    help="a recipe variant or a rerun (e.g. 'prefixes'): appended to the rows' setting, so they sit "

@@ -53,15 +53,14 @@ BLOCKS = {SETTINGS["test-as-train"]: "general-hybrid-tat", FULL_FT: "general-hyb
 JOBS = {SETTINGS["full-finetune-lr6e-5"]: "benchmarks/device/general_fullft_lr6e-5.jobs"}
 
 
-def members(dataset: str, encoder: Path | None, wise: float | None, query_split: str = "none"):
-    """The dataset's dense retriever (MiniLM, or ``encoder`` at WiSE ``wise``; ``query_split``: its
-    ``retriever.query_split``) and its BM25, with the dataset and the evaluation config of its MiniLM preset."""
+def members(dataset: str, encoder: Path | None, wise: float | None):
+    """The dataset's dense retriever (MiniLM, or ``encoder`` at WiSE ``wise``) and its BM25, with the
+    dataset and the evaluation config of its MiniLM preset."""
     from toolgraph.config import EvaluateConfig, load_config
     from toolgraph.data import prepare_dataset
     from toolgraph.retrieval.loading import resolve_retriever
 
     overrides = [f"retriever.model={encoder}", "retriever.cache_dir=null"] if encoder else []
-    overrides.append(f"retriever.query_split={query_split}")
     cfg = load_config(EvaluateConfig, [ROOT / "configs" / "eval" / f"minilm_{dataset}.yaml"], overrides)
     dense = resolve_retriever(cfg.retriever)
     if encoder is not None and wise is not None and wise != 1:
@@ -85,18 +84,23 @@ def rule_order(key: str) -> tuple[int, float]:
 
 
 def grid(dataset: str, weights: list[float], encoder: Path | None = None, wise: float | None = None,
-         rrf_weights: tuple[float, ...] = (), query_split: str = "none") -> dict:
+         rrf_weights: tuple[float, ...] = ()) -> dict:
     """Test metrics and val R@5 of ``dense + w * bm25`` for every w (w = 0: the dense member alone) and of
     reciprocal rank fusion for every w of ``rrf_weights``, by ``toolgraph.tuning.evaluate_grid`` over the
-    fusion's rule and weights (each member scores or ranks each split once); ``query_split``: the dense
-    member's (BM25 reads the whole request)."""
+    fusion's rule and weights (each member scores or ranks each split once)."""
+    return fusion_grid(*members(dataset, encoder, wise), weights, rrf_weights)
+
+
+def fusion_grid(dense, bm25, ds, cfg, weights: list[float], rrf_weights: tuple[float, ...] = ()) -> dict:
+    """:func:`grid` on members already built (:func:`members`): a caller that changes only how the dense
+    member scores requests (its ``query_split``; BM25 always reads the whole request) reuses its indexed
+    catalog instead of encoding it again."""
     from dataclasses import replace
 
     from toolgraph.evaluation import evaluate
     from toolgraph.retrieval.pipeline import FusionConfig, FusionRetriever
     from toolgraph.tuning import evaluate_grid
 
-    dense, bm25, ds, cfg = members(dataset, encoder, wise, query_split)
     fused = FusionRetriever(FusionConfig(method="score", weights=[1.0, weights[0]], normalize="minmax"),
                             members=[dense, bm25])
     rules = [("score", w) for w in weights] + [("rrf", w) for w in rrf_weights]

@@ -25,16 +25,20 @@ import argparse
 import shlex
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
+from typing import get_args
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from general import LODO_SETS, PAGE, chosen_alpha  # noqa: E402
-from general_hybrid import grid  # noqa: E402
+from general_hybrid import fusion_grid, members  # noqa: E402
 from results_io import RESULTS, machine, upsert, write_block  # noqa: E402
 
+from toolgraph.config import QuerySplit  # noqa: E402
+
 NAME = "query_split"
-SPLITS = ("none", "sentences", "clauses")
+SPLITS = get_args(QuerySplit)
 MINILM = "all-MiniLM-L6-v2"
 
 
@@ -61,8 +65,10 @@ def measure(args: argparse.Namespace) -> None:
         start = time.perf_counter()
         encoder, wise = lodo_model(args.lodo, d, args.wise) if args.lodo else (None, None)
         test, val, queries = {}, {}, 0
+        retriever, bm25, ds, cfg = members(d, encoder, wise)  # the catalog is encoded once, for every rule
         for rule in SPLITS:
-            got = grid(d, args.weights, encoder, wise, query_split=rule)
+            retriever.config = replace(retriever.config, query_split=rule)
+            got = fusion_grid(retriever, bm25, ds, cfg, args.weights)
             test[rule], queries = got["test"], got["queries"]
             if got["val_recall@5"]:
                 val[rule] = got["val_recall@5"]

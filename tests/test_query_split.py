@@ -132,3 +132,16 @@ def test_the_serving_default_splits_requests_into_clauses():
     assert DenseRetriever.parse_config(dict(DEFAULT_DENSE)).query_split == "clauses"
     preset = Path(__file__).resolve().parents[1] / "configs" / "retriever" / "t2a.yaml"
     assert load_config(EvaluateConfig, [preset]).retriever.dense["query_split"] == "clauses"
+
+
+def test_split_names_are_the_config_values():
+    """config.QuerySplit (what a config may say) and steps.SPLITS (what a retriever can do) name the same rules."""
+    from typing import get_args
+
+    from toolgraph.config import QuerySplit
+    from toolgraph.retrieval.steps import SPLITS, pieces
+
+    assert tuple(SPLITS) == get_args(QuerySplit)
+    assert pieces(["Find a hotel. Then book a taxi to it"], "none") == [["Find a hotel. Then book a taxi to it"]]
+    with pytest.raises(ValueError, match="words"):
+        pieces(["x"], "words")

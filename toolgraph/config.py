@@ -47,7 +47,7 @@ from toolgraph.registry import RETRIEVERS, TASKS
 ToolText = Literal["default", "name_desc", "toolbench", "io"]
 MetricName = Literal["recall", "precision", "ndcg", "map", "pass", "mrr", "ndcg_toolbench"]
 StepMerge = Literal["max", "interleave", "rrf"]
-QuerySplit = Literal["none", "sentences", "clauses"]  # retrieval/steps.py SPLITS
+QuerySplit = Literal["none", "sentences", "clauses"]  # the keys of retrieval/steps.py SPLITS
 SETTING = re.compile(r"standard|transductive|(inductive|noise)-\d+|crossfit-\d+-\d+")
 
 

@@ -39,7 +39,7 @@ from toolgraph.retrieval.cache import EmbeddingCache
 from toolgraph.retrieval.chunks import CHUNK, encode_in_chunks, rank_and_world
 from toolgraph.retrieval.delta import Delta, Merge, read_delta
 from toolgraph.retrieval.encode import encode_texts
-from toolgraph.retrieval.steps import SPLITS, merge_piece_hits, split_scores
+from toolgraph.retrieval.steps import merge_piece_hits, pieces, split_scores
 
 _UNCACHED = threading.local()
 _STREAM = threading.local()
@@ -335,9 +335,9 @@ class DenseRetriever(Retriever):
             return super()._search(queries, k)
         if self.config.query_split == "none":
             return self._ann.search(self.encode_queries(queries), k)
-        pieces = [SPLITS[self.config.query_split](q) for q in queries]
-        values, indices = self._ann.search(self.encode_queries([p for ps in pieces for p in ps]), k)
-        return merge_piece_hits(values, indices, [len(ps) for ps in pieces], k)
+        split = pieces(queries, self.config.query_split)
+        values, indices = self._ann.search(self.encode_queries([p for ps in split for p in ps]), k)
+        return merge_piece_hits(values, indices, [len(ps) for ps in split], k)
 
     # ---- persistence ------------------------------------------------------------------------
     def _save_state(self, folder: Path) -> None:

@@ -54,18 +54,23 @@ def clauses(text: str) -> list[str]:
     return kept if len(kept) > 1 else [text]
 
 
-# retriever.query_split: how a retriever splits a request before scoring it (none: it does not)
+# retriever.query_split: how a retriever splits a request before scoring it (none: it does not);
+# the keys are config.QuerySplit's values (a test holds them equal)
 SPLITS = {"none": lambda text: [text], "sentences": sentences, "clauses": clauses}
+
+
+def pieces(queries: list[str], rule: str) -> list[list[str]]:
+    """Each of ``queries`` split by ``rule`` (a key of :data:`SPLITS`; ``none``: one piece, the request)."""
+    if rule not in SPLITS:
+        raise ValueError(f"query split must be one of {tuple(SPLITS)}, got {rule!r}")
+    return [SPLITS[rule](q) for q in queries]
 
 
 def split_scores(score_fn, queries: list[str], rule: str) -> torch.Tensor:
     """[Q, N] scores of ``queries`` when each is split by ``rule`` (a key of :data:`SPLITS`) and its
     pieces' score rows merge by ``max``: one call to ``score_fn`` for every piece of every query."""
-    if rule not in SPLITS:
-        raise ValueError(f"query split must be one of {tuple(SPLITS)}, got {rule!r}")
-    if rule == "none":
-        return score_fn(queries)
-    return merged_scores(score_fn, [SPLITS[rule](q) for q in queries], "max")
+    split = pieces(queries, rule)
+    return score_fn(queries) if rule == "none" else merged_scores(score_fn, split, "max")
 
 
 def merge_piece_hits(values: torch.Tensor, indices: torch.Tensor, counts: list[int],

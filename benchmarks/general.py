@@ -163,37 +163,48 @@ def lodo(args: argparse.Namespace) -> None:
         run = models.setdefault(key, runs / f"lodo-{key}")
         # the trained weights as they are (model.wise off): --wise interpolates them here, on val and test
         results = train_mixture(names, held, dup_file, run, args.config, ["model.wise=null", *args.overrides], as_train)
-        encoder, qs = run / "retriever" / "encoder", args.query_split
-        label = ", ".join(x for x in (args.label, f"query split {qs}" if qs != "none" else None) if x) or None
-        metrics, n = zero_shot(encoder, held, query_split=qs)
-        variants = {f"wise-{a}": {k: round(v, 4) for k, v in zero_shot(encoder, held, a, query_split=qs)[0].items()
-                                  if k in ("recall@5", "ndcg@5")} for a in args.wise}
-        val = {}  # R@5 on the held-out dataset's val split (where it has one): how alpha is chosen, never on test
-        if any(q.split == "val" for q in held_ds.queries):
-            val = {str(a): round(zero_shot(encoder, held, None if a == 1 else a, "val", qs)[0]["recall@5"], 4)
-                   for a in [1.0, *args.wise]}
+        trained = time.perf_counter() - start
         minilm, bm25 = baseline("dense", held), baseline("bm25", held)
-        leak = {name: r["dropped"] for name, r in kept.notes["mixture"].items() if r.get("dropped")}
-        setting = (TAT if as_train else "zero-shot") + (f", {label}" if label else "")
-        row = {"method": "general_lodo", "dataset": held, "split": "test", "setting": setting,
-               "encoder": "all-MiniLM-L6-v2", "queries": n, "metrics": {k: round(metrics[k], 4) for k in KEEP},
-               "minilm": {k: minilm.get(k) for k in ("recall@5", "ndcg@5")},
-               "bm25": {k: bm25.get(k) for k in ("recall@5", "ndcg@5")},
-               "delta_r5_vs_minilm": round(metrics["recall@5"] - minilm.get("recall@5", float("nan")), 4),
-               "variants": variants, "val_recall@5": val, "label": label, "overrides": args.overrides,
-               "query_split": qs,
-               "trained_on": names, "test_as_train": as_train,
-               "train_queries": sum(r["train"] for r in kept.notes["mixture"].values() if not r.get("self_supervised")),
-               "self_supervised_queries": sum(r["train"] for r in kept.notes["mixture"].values() if r.get("self_supervised")),
-               "leakage_dropped": leak, "near_duplicates": {k: len(v) for k, v in dups.items()},
-               "run": str(run), "train_seconds": results.get("training", {}).get("train_seconds"),
-               "steps": results.get("training", {}).get("steps"),
-               "device": results.get("training", {}).get("device"), "seconds": round(time.perf_counter() - start, 1),
-               "command": args.command, "machine": machine()}
-        upsert(NAME, [row])
-        print(f"{held}: R@5 {metrics['recall@5']:.4f} (MiniLM {minilm.get('recall@5')}, BM25 {bm25.get('recall@5')}) "
-              f"NDCG@5 {metrics['ndcg@5']:.4f}; dropped {leak}; {row['seconds']} s", flush=True)
+        common = {"method": "general_lodo", "dataset": held, "split": "test", "encoder": "all-MiniLM-L6-v2",
+                  "minilm": {k: minilm.get(k) for k in ("recall@5", "ndcg@5")},
+                  "bm25": {k: bm25.get(k) for k in ("recall@5", "ndcg@5")}, "overrides": args.overrides,
+                  "trained_on": names, "test_as_train": as_train,
+                  "train_queries": sum(r["train"] for r in kept.notes["mixture"].values() if not r.get("self_supervised")),
+                  "self_supervised_queries": sum(r["train"] for r in kept.notes["mixture"].values()
+                                                 if r.get("self_supervised")),
+                  "leakage_dropped": {name: r["dropped"] for name, r in kept.notes["mixture"].items() if r.get("dropped")},
+                  "near_duplicates": {k: len(v) for k, v in dups.items()},
+                  "run": str(run), "train_seconds": results.get("training", {}).get("train_seconds"),
+                  "steps": results.get("training", {}).get("steps"),
+                  "device": results.get("training", {}).get("device"), "command": args.command, "machine": machine()}
+        for qs in args.query_split:  # each rule evaluates the same trained folder
+            begin = time.perf_counter()
+            row = {**common, **evaluated(args, held, run, held_ds, qs, bool(as_train))}
+            row["delta_r5_vs_minilm"] = round(row["metrics"]["recall@5"] - minilm.get("recall@5", float("nan")), 4)
+            row["seconds"] = round(trained + time.perf_counter() - begin, 1)
+            upsert(NAME, [row])
+            print(f"{held}{f' (query split {qs})' if qs != 'none' else ''}: R@5 {row['metrics']['recall@5']:.4f} "
+                  f"(MiniLM {minilm.get('recall@5')}, BM25 {bm25.get('recall@5')}) NDCG@5 "
+                  f"{row['metrics']['ndcg@5']:.4f}; dropped {row['leakage_dropped']}; {row['seconds']} s", flush=True)
     render()
+
+
+def evaluated(args: argparse.Namespace, held: str, run: Path, held_ds, qs: str, test_as_train: bool) -> dict:
+    """The fields of a general_lodo row that depend on how it is evaluated: the model trained in ``run``
+    without ``held`` on ``held``'s test split (as trained and at every --wise alpha) and val split (where
+    it has one), with ``retriever.query_split`` ``qs``; its setting and label say the rule."""
+    encoder = run / "retriever" / "encoder"
+    label = ", ".join(x for x in (args.label, f"query split {qs}" if qs != "none" else None) if x) or None
+    metrics, n = zero_shot(encoder, held, query_split=qs)
+    variants = {f"wise-{a}": {k: round(v, 4) for k, v in zero_shot(encoder, held, a, query_split=qs)[0].items()
+                              if k in ("recall@5", "ndcg@5")} for a in args.wise}
+    val = {}  # R@5 on the held-out dataset's val split (where it has one): how alpha is chosen, never on test
+    if any(q.split == "val" for q in held_ds.queries):
+        val = {str(a): round(zero_shot(encoder, held, None if a == 1 else a, "val", qs)[0]["recall@5"], 4)
+               for a in [1.0, *args.wise]}
+    setting = (TAT if test_as_train else "zero-shot") + (f", {label}" if label else "")
+    return {"setting": setting, "queries": n, "metrics": {k: round(metrics[k], 4) for k in KEEP},
+            "variants": variants, "val_recall@5": val, "label": label, "query_split": qs}
 
 
 def unseen_datasets(rows: list[dict]) -> list[str]:
@@ -500,8 +511,9 @@ def main() -> None:
                    help="the datasets published with a test split only (all but the held-out one) train too")
     a.add_argument("--config", nargs="*", default=[], help="config files over configs/general.yaml (e.g. a cluster overlay)")
     a.add_argument("--overrides", nargs="*", default=[], help="train.py overrides for every model (key=value)")
-    a.add_argument("--query-split", default="none", choices=get_args(QuerySplit),
-                   help="evaluate with retriever.query_split (not part of the model: trained folders are reused)")
+    a.add_argument("--query-split", nargs="+", default=["none"], choices=get_args(QuerySplit),
+                   help="evaluate with each of these retriever.query_split rules, a row each (not part of the "
+                        "model: each rule evaluates the same trained folder; folders trained before are reused)")
     a.add_argument("--label", default=None,
                    help="a recipe variant or a rerun (e.g. 'prefixes'): appended to the rows' setting, so they sit "
                         "beside the main rows instead of replacing them (docs/general.md, 'Recipe variants')")

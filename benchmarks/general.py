@@ -96,26 +96,39 @@ def train_mixture(names: list[str], holdout: str | None, near_dups: Path | None,
     return json.loads((out / "results.json").read_text())
 
 
-def zero_shot(encoder: Path, dataset: str, wise: float | None = None, split: str = "test",
-              query_split: str = "none") -> tuple[dict, int]:
-    """The exported encoder in place of MiniLM in the dataset's own MiniLM eval file (same protocol).
-    ``wise``: the weights ``wise * trained + (1 - wise) * MiniLM`` instead (WiSE-FT, Wortsman et al. 2022);
-    ``query_split``: the retriever splits each request first (``retriever.query_split``)."""
+def zero_shot(encoder: Path, dataset: str) -> tuple[dict, int]:
+    """The exported encoder in place of MiniLM in the dataset's own MiniLM eval file (same protocol): test
+    metrics and the number of test queries."""
+    return zero_shot_grid(encoder, dataset)[(None, "none", "test")]
+
+
+def zero_shot_grid(encoder: Path, dataset: str, alphas: tuple = (None,), rules: tuple = ("none",),
+                   splits: tuple = ("test",)) -> dict[tuple, tuple[dict, int]]:
+    """{(alpha, rule, split): (metrics, queries)}: :func:`zero_shot` for each WiSE alpha (the weights
+    ``alpha * trained + (1 - alpha) * MiniLM``, WiSE-FT, Wortsman et al. 2022; None: as trained), each
+    ``retriever.query_split`` rule and each split. One retriever per alpha encodes the catalog once for
+    every rule and split (a rule changes how requests are scored, never the tools' vectors)."""
+    from dataclasses import replace
+
     from toolgraph.config import EvaluateConfig, load_config
     from toolgraph.data import prepare_dataset
     from toolgraph.evaluation import evaluate
+    from toolgraph.nn.encoder import interpolate_weights
     from toolgraph.retrieval.loading import resolve_retriever
 
     cfg = load_config(EvaluateConfig, [ROOT / "configs" / "eval" / f"minilm_{dataset}.yaml"],
-                      [f"retriever.model={encoder}", "retriever.cache_dir=null", f"data.split={split}",
-                       f"retriever.query_split={query_split}"])
-    retriever = resolve_retriever(cfg.retriever)
-    if wise is not None:
-        from toolgraph.nn.encoder import interpolate_weights
-
-        interpolate_weights(retriever.encoder.backbone, "all-MiniLM-L6-v2", wise)
-    report = evaluate(retriever, prepare_dataset(cfg.data), cfg.data.split, cfg.eval)
-    return report.metrics, len(report.query_ids)
+                      [f"retriever.model={encoder}", "retriever.cache_dir=null"])
+    ds, out = prepare_dataset(cfg.data), {}
+    for alpha in alphas:
+        retriever = resolve_retriever(cfg.retriever)
+        if alpha is not None:
+            interpolate_weights(retriever.encoder.backbone, "all-MiniLM-L6-v2", alpha)
+        for rule in rules:
+            retriever.config = replace(retriever.config, query_split=rule)
+            for split in splits:
+                report = evaluate(retriever, ds, split, cfg.eval)
+                out[alpha, rule, split] = report.metrics, len(report.query_ids)
+    return out
 
 
 def model_key(query_ids: list[str], label: str | None, configs: list[str], overrides: list[str]) -> str:
@@ -163,8 +176,10 @@ def lodo(args: argparse.Namespace) -> None:
         run = models.setdefault(key, runs / f"lodo-{key}")
         # the trained weights as they are (model.wise off): --wise interpolates them here, on val and test
         results = train_mixture(names, held, dup_file, run, args.config, ["model.wise=null", *args.overrides], as_train)
-        trained = time.perf_counter() - start
         minilm, bm25 = baseline("dense", held), baseline("bm25", held)
+        has_val = any(q.split == "val" for q in held_ds.queries)  # val chooses alpha (never test)
+        grid = zero_shot_grid(run / "retriever" / "encoder", held, (None, *(a for a in args.wise if a != 1)),
+                              tuple(args.query_split), ("test", "val") if has_val else ("test",))
         common = {"method": "general_lodo", "dataset": held, "split": "test", "encoder": "all-MiniLM-L6-v2",
                   "minilm": {k: minilm.get(k) for k in ("recall@5", "ndcg@5")},
                   "bm25": {k: bm25.get(k) for k in ("recall@5", "ndcg@5")}, "overrides": args.overrides,
@@ -176,12 +191,12 @@ def lodo(args: argparse.Namespace) -> None:
                   "near_duplicates": {k: len(v) for k, v in dups.items()},
                   "run": str(run), "train_seconds": results.get("training", {}).get("train_seconds"),
                   "steps": results.get("training", {}).get("steps"),
-                  "device": results.get("training", {}).get("device"), "command": args.command, "machine": machine()}
+                  "device": results.get("training", {}).get("device"),
+                  "seconds": round(time.perf_counter() - start, 1),  # training (or reuse) and every rule's evaluation
+                  "command": args.command, "machine": machine()}
         for qs in args.query_split:  # each rule evaluates the same trained folder
-            begin = time.perf_counter()
-            row = {**common, **evaluated(args, held, run, held_ds, qs, bool(as_train))}
+            row = {**common, **rule_fields(args, grid, qs, has_val, bool(as_train))}
             row["delta_r5_vs_minilm"] = round(row["metrics"]["recall@5"] - minilm.get("recall@5", float("nan")), 4)
-            row["seconds"] = round(trained + time.perf_counter() - begin, 1)
             upsert(NAME, [row])
             print(f"{held}{f' (query split {qs})' if qs != 'none' else ''}: R@5 {row['metrics']['recall@5']:.4f} "
                   f"(MiniLM {minilm.get('recall@5')}, BM25 {bm25.get('recall@5')}) NDCG@5 "
@@ -189,19 +204,18 @@ def lodo(args: argparse.Namespace) -> None:
     render()
 
 
-def evaluated(args: argparse.Namespace, held: str, run: Path, held_ds, qs: str, test_as_train: bool) -> dict:
-    """The fields of a general_lodo row that depend on how it is evaluated: the model trained in ``run``
-    without ``held`` on ``held``'s test split (as trained and at every --wise alpha) and val split (where
-    it has one), with ``retriever.query_split`` ``qs``; its setting and label say the rule."""
-    encoder = run / "retriever" / "encoder"
+def rule_fields(args: argparse.Namespace, grid: dict, qs: str, has_val: bool, test_as_train: bool) -> dict:
+    """The fields of a general_lodo row that depend on its ``retriever.query_split`` rule ``qs``, from
+    :func:`zero_shot_grid`: test metrics as trained, R@5 and NDCG@5 at every --wise alpha, val R@5 as
+    trained and at every alpha (where the dataset has a val split); the setting and label name the rule."""
     label = ", ".join(x for x in (args.label, f"query split {qs}" if qs != "none" else None) if x) or None
-    metrics, n = zero_shot(encoder, held, query_split=qs)
-    variants = {f"wise-{a}": {k: round(v, 4) for k, v in zero_shot(encoder, held, a, query_split=qs)[0].items()
-                              if k in ("recall@5", "ndcg@5")} for a in args.wise}
-    val = {}  # R@5 on the held-out dataset's val split (where it has one): how alpha is chosen, never on test
-    if any(q.split == "val" for q in held_ds.queries):
-        val = {str(a): round(zero_shot(encoder, held, None if a == 1 else a, "val", qs)[0]["recall@5"], 4)
-               for a in [1.0, *args.wise]}
+    metrics, n = grid[None, qs, "test"]
+
+    def at(a: float, split: str) -> dict:
+        return grid[None if a == 1 else a, qs, split][0]
+
+    variants = {f"wise-{a}": {k: round(at(a, "test")[k], 4) for k in ("recall@5", "ndcg@5")} for a in args.wise}
+    val = {str(a): round(at(a, "val")["recall@5"], 4) for a in [1.0, *args.wise]} if has_val else {}
     setting = (TAT if test_as_train else "zero-shot") + (f", {label}" if label else "")
     return {"setting": setting, "queries": n, "metrics": {k: round(metrics[k], 4) for k in KEEP},
             "variants": variants, "val_recall@5": val, "label": label, "query_split": qs}

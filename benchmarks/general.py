@@ -102,6 +102,24 @@ def zero_shot(encoder: Path, dataset: str) -> tuple[dict, int]:
     return zero_shot_grid(encoder, dataset)[(None, "none", "test")]
 
 
+def split_rule(spec: str) -> tuple[str, float]:
+    """A --query-split rule: ``clauses`` -> (``retriever.query_split`` clauses, ``query_split_whole`` 0);
+    ``clauses:0.3`` -> (clauses, 0.3): the whole request's score weighs 0.3 beside the best piece's."""
+    from typing import get_args
+
+    from toolgraph.config import QuerySplit
+
+    name, _, whole = spec.partition(":")
+    try:
+        weight = float(whole) if whole else 0.0
+    except ValueError:
+        weight = -1.0
+    if name not in get_args(QuerySplit) or not 0 <= weight <= 1 or (name == "none" and whole):
+        raise argparse.ArgumentTypeError(f"{spec!r}: a query split is one of {', '.join(get_args(QuerySplit))}, "
+                                         "a split optionally followed by :W, the whole request's weight in [0, 1]")
+    return name, weight
+
+
 def zero_shot_grid(encoder: Path, dataset: str, alphas: tuple = (None,), rules: tuple = ("none",),
                    splits: tuple = ("test",)) -> dict[tuple, tuple[dict, int]]:
     """{(alpha, rule, split): (metrics, queries)}: :func:`zero_shot` for each WiSE alpha (the weights
@@ -124,7 +142,8 @@ def zero_shot_grid(encoder: Path, dataset: str, alphas: tuple = (None,), rules: 
         if alpha is not None:
             interpolate_weights(retriever.encoder.backbone, "all-MiniLM-L6-v2", alpha)
         for rule in rules:
-            retriever.config = replace(retriever.config, query_split=rule)
+            name, whole = split_rule(rule)
+            retriever.config = replace(retriever.config, query_split=name, query_split_whole=whole)
             for split in splits:
                 report = evaluate(retriever, ds, split, cfg.eval)
                 out[alpha, rule, split] = report.metrics, len(report.query_ids)
@@ -525,9 +544,10 @@ def main() -> None:
                    help="the datasets published with a test split only (all but the held-out one) train too")
     a.add_argument("--config", nargs="*", default=[], help="config files over configs/general.yaml (e.g. a cluster overlay)")
     a.add_argument("--overrides", nargs="*", default=[], help="train.py overrides for every model (key=value)")
-    a.add_argument("--query-split", nargs="+", default=["none"], choices=get_args(QuerySplit),
-                   help="evaluate with each of these retriever.query_split rules, a row each (not part of the "
-                        "model: each rule evaluates the same trained folder; folders trained before are reused)")
+    a.add_argument("--query-split", nargs="+", default=["none"], type=lambda spec: split_rule(spec) and spec,
+                   help=f"evaluate with each of these retriever.query_split rules ({', '.join(get_args(QuerySplit))}; "
+                        "clauses:0.3: the whole request weighs 0.3 beside the best piece, query_split_whole), a row "
+                        "each; not part of the model: each rule evaluates the same trained folder")
     a.add_argument("--label", default=None,
                    help="a recipe variant or a rerun (e.g. 'prefixes'): appended to the rows' setting, so they sit "
                         "beside the main rows instead of replacing them (docs/general.md, 'Recipe variants')")

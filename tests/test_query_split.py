@@ -7,7 +7,7 @@ from toolgraph.config import load_config
 from toolgraph.errors import ConfigError
 from toolgraph.retrieval import RETRIEVERS
 from toolgraph.retrieval.dense import DenseConfig, DenseRetriever
-from toolgraph.retrieval.steps import clauses, merge_piece_hits, split_scores
+from toolgraph.retrieval.steps import blend_piece_hits, clauses, split_scores
 
 TWO_THINGS = "Create a new device named iEdge in the network. After that, verify my session token is still valid"
 
@@ -39,12 +39,30 @@ def test_split_scores_take_each_tools_best_piece():
         split_scores(score, ["g h"], "words")
 
 
-def test_pieces_hits_from_an_index_merge_by_best_score_then_position():
-    values = torch.tensor([[0.9, 0.5, 0.1], [0.7, 0.5, 0.4], [0.8, 0.3, 0.2]])
-    indices = torch.tensor([[3, 1, 0], [1, 2, 3], [0, 2, 4]])
-    v, i = merge_piece_hits(values, indices, [2, 1], 3)  # query 0: pieces 0 and 1; query 1: piece 2
-    assert i.tolist() == [[3, 1, 2], [0, 2, 4]]
-    assert torch.allclose(v, torch.tensor([[0.9, 0.7, 0.5], [0.8, 0.3, 0.2]]))
+def test_split_scores_blend_the_whole_request_with_the_best_piece():
+    vectors = {"a b c.": [1.0, 0.0], "d e f": [0.0, 1.0], "a b c. d e f": [0.5, 0.2], "g h": [0.2, 0.1]}
+    calls = []
+
+    def score(texts):
+        calls.append(list(texts))
+        return torch.tensor([vectors[t] for t in texts])
+
+    out = split_scores(score, ["a b c. d e f", "g h"], "sentences", whole=0.25)
+    assert torch.allclose(out, torch.tensor([[0.25 * 0.5 + 0.75, 0.25 * 0.2 + 0.75], [0.2, 0.1]]))
+    assert calls[-1] == ["a b c. d e f", "a b c.", "d e f", "g h"]  # the whole request only where it was split
+    assert torch.equal(split_scores(score, ["a b c. d e f"], "sentences", whole=1.0), torch.tensor([[0.5, 0.2]]))
+
+
+def test_index_hits_of_every_text_are_scored_exactly_and_blended_ties_by_position():
+    tools = torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.6, 0.6], [0.9, 0.1], [0.1, 0.2]])  # [N, H]
+    texts = torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.5, 0.5]])  # query 0: pieces 0 and 1; query 1: text 2
+    hits = torch.tensor([[0, 3, 2], [1, 2, -1], [2, 0, 1]])  # [T, k]; -1: no hit
+    v, i = blend_piece_hits(texts, hits, [2, 1], tools, 0.0, 3)
+    assert i.tolist() == [[0, 1, 3], [2, 0, 1]]  # 0 and 1 tie at 1.0: the lower position first
+    assert torch.allclose(v, torch.tensor([[1.0, 1.0, 0.9], [0.6, 0.5, 0.5]]))
+    v, i = blend_piece_hits(texts, hits, [2, 1], tools, 0.5, 2)  # row 0 of a query is then its whole request
+    assert i.tolist() == [[2, 0], [2, 0]]  # query 0, tool 2: 0.5 * 0.6 + 0.5 * 0.6; tools 0, 1, 3 tie at 0.5
+    assert torch.allclose(v, torch.tensor([[0.6, 0.5], [0.6, 0.5]]))
 
 
 def dense(tiny_bert_dir, split="none"):
@@ -145,3 +163,29 @@ def test_split_names_are_the_config_values():
     assert pieces(["Find a hotel. Then book a taxi to it"], "none") == [["Find a hotel. Then book a taxi to it"]]
     with pytest.raises(ValueError, match="words"):
         pieces(["x"], "words")
+
+
+def test_whole_weight_blends_in_the_retriever_and_its_faiss_index_agrees(tiny_bert_dir):
+    from dataclasses import replace
+
+    whole, split = dense(tiny_bert_dir), dense(tiny_bert_dir, "clauses")
+    split.config = replace(split.config, query_split_whole=0.4)
+    request = TWO_THINGS
+    expected = 0.4 * whole.score([request])[0] + 0.6 * whole.score(clauses(request)).max(0).values
+    assert torch.allclose(split.score([request])[0], expected, atol=1e-6)
+    exact = split.retrieve([request, "weather in Paris today"], 3)
+    split.config = replace(split.config, index="faiss")
+    split.index(list(split.tools))
+    assert split._ann is not None
+    ann = split.retrieve([request, "weather in Paris today"], 3)
+    assert ann.ids == exact.ids
+    assert torch.allclose(torch.as_tensor(ann.scores), torch.as_tensor(exact.scores), atol=1e-5)
+
+
+def test_a_whole_weight_outside_0_1_is_refused_by_name(tmp_path):
+    from toolgraph.config import EvaluateConfig
+
+    cfg = tmp_path / "eval.yaml"
+    cfg.write_text("retriever: {name: dense, query_split: clauses, query_split_whole: 1.5}\n")
+    with pytest.raises(ConfigError, match="query_split_whole"):
+        load_config(EvaluateConfig, [cfg])

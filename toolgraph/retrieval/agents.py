@@ -224,7 +224,10 @@ class AgentRetriever(Retriever):
             return (F.normalize(q, dim=-1) if self.dense.config.normalize else q) @ entities.T
 
         # the dense member's query_split: each request's pieces scored, an entity's score its best piece's
-        return split_scores(score, queries, getattr(self.dense.config, "query_split", "none"))  # [Q, N + A]
+        # (blended with the whole request's by query_split_whole)
+        config = self.dense.config
+        return split_scores(score, queries, getattr(config, "query_split", "none"),
+                            getattr(config, "query_split_whole", 0.0))  # [Q, N + A]
 
     def _bm25_scores(self, queries: list[str]) -> torch.Tensor:
         tokens = bm25s.tokenize(queries, stopwords="en", return_ids=False, show_progress=False)

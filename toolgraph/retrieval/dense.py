@@ -39,7 +39,7 @@ from toolgraph.retrieval.cache import EmbeddingCache
 from toolgraph.retrieval.chunks import CHUNK, encode_in_chunks, rank_and_world
 from toolgraph.retrieval.delta import Delta, Merge, read_delta
 from toolgraph.retrieval.encode import encode_texts
-from toolgraph.retrieval.steps import merge_piece_hits, pieces, split_scores
+from toolgraph.retrieval.steps import blend_piece_hits, scored_texts, split_scores
 
 _UNCACHED = threading.local()
 _STREAM = threading.local()
@@ -105,6 +105,9 @@ class DenseConfig(RetrieverConfig):
     # each request split into pieces (sentences, or clauses: sentences and "then" / "also" parts), each
     # piece scored, a tool's score its best piece's (retrieval/steps.py); none: the request as one text
     query_split: QuerySplit = "none"
+    # with a split: the whole request's score weighs this much beside the best piece's
+    # (whole * request + (1 - whole) * best piece); 0: the best piece alone
+    query_split_whole: float = bounded(0.0, ge=0.0, le=1.0)
 
     renamed: ClassVar[dict[str, str]] = ENCODER_KEYS
 
@@ -328,16 +331,18 @@ class DenseRetriever(Retriever):
 
     def score(self, queries: list[str]) -> torch.Tensor:
         return split_scores(lambda texts: self.encode_queries(texts) @ self.tool_vectors.T, queries,
-                            self.config.query_split)  # [Q, N]
+                            self.config.query_split, self.config.query_split_whole)  # [Q, N]
 
     def _search(self, queries: list[str], k: int) -> tuple[torch.Tensor, torch.Tensor]:
         if self._ann is None:
             return super()._search(queries, k)
         if self.config.query_split == "none":
             return self._ann.search(self.encode_queries(queries), k)
-        split = pieces(queries, self.config.query_split)
-        values, indices = self._ann.search(self.encode_queries([p for ps in split for p in ps]), k)
-        return merge_piece_hits(values, indices, [len(ps) for ps in split], k)
+        texts = scored_texts(queries, self.config.query_split, self.config.query_split_whole)
+        vectors = self.encode_queries([t for ts in texts for t in ts])
+        _, indices = self._ann.search(vectors, k)  # each text's hits, then every hit scored exactly and blended
+        return blend_piece_hits(vectors, indices, [len(ts) for ts in texts], self.tool_vectors,
+                                self.config.query_split_whole, k)
 
     # ---- persistence ------------------------------------------------------------------------
     def _save_state(self, folder: Path) -> None:

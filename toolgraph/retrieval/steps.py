@@ -66,31 +66,53 @@ def pieces(queries: list[str], rule: str) -> list[list[str]]:
     return [SPLITS[rule](q) for q in queries]
 
 
-def split_scores(score_fn, queries: list[str], rule: str) -> torch.Tensor:
+def scored_texts(queries: list[str], rule: str, whole: float = 0.0) -> list[list[str]]:
+    """The texts scored for each query: its pieces (:func:`pieces`), with the whole request first when
+    it has several pieces and ``whole`` weighs it (a request of one piece: that piece, the request)."""
+    return [[q, *ps] if whole and len(ps) > 1 else ps for q, ps in zip(queries, pieces(queries, rule), strict=True)]
+
+
+def blend_rows(rows: torch.Tensor, whole: float = 0.0) -> torch.Tensor:
+    """[T, N] score rows of one query's :func:`scored_texts` -> [N]: its best piece's score, or with
+    ``whole`` > 0, ``whole * whole request + (1 - whole) * best piece`` (row 0 is the whole request)."""
+    if rows.shape[0] == 1:
+        return rows[0]
+    if not whole:
+        return rows.max(0).values
+    return whole * rows[0] + (1 - whole) * rows[1:].max(0).values
+
+
+def split_scores(score_fn, queries: list[str], rule: str, whole: float = 0.0) -> torch.Tensor:
     """[Q, N] scores of ``queries`` when each is split by ``rule`` (a key of :data:`SPLITS`) and its
-    pieces' score rows merge by ``max``: one call to ``score_fn`` for every piece of every query."""
-    split = pieces(queries, rule)
-    return score_fn(queries) if rule == "none" else merged_scores(score_fn, split, "max")
+    pieces' score rows merge by :func:`blend_rows` (``whole``: the whole request's weight beside the best
+    piece): one call to ``score_fn`` for every text of every query."""
+    texts = scored_texts(queries, rule, whole)
+    if rule == "none":
+        return score_fn(queries)
+    scores, out, lo = score_fn([t for ts in texts for t in ts]), [], 0
+    for ts in texts:
+        out.append(blend_rows(scores[lo:lo + len(ts)], whole))
+        lo += len(ts)
+    return torch.stack(out)
 
 
-def merge_piece_hits(values: torch.Tensor, indices: torch.Tensor, counts: list[int],
-                     k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The top-k hits of each query from its pieces' top-k hits (an approximate index searched piece by
-    piece): rows ``[lo, lo + counts[q])`` of ``values`` / ``indices`` ([P, k']) are query q's pieces;
-    a tool's score is its best piece's, ties broken by tool position. -> ([Q, k'], [Q, k'])."""
-    width = min(k, values.shape[1])
+def blend_piece_hits(vectors: torch.Tensor, indices: torch.Tensor, counts: list[int], tool_vectors: torch.Tensor,
+                     whole: float, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The top-k hits of each query when its texts (:func:`scored_texts`: the whole request, then its
+    pieces) were searched one by one in an approximate index: every tool any of them found is scored
+    exactly (``vectors`` [T, H] @ its vector) and blended by :func:`blend_rows`; ties by tool position.
+    ``indices`` [T, k'] are the hits' positions (-1: none). -> ([Q, k'], [Q, k'])."""
+    width = min(k, indices.shape[1])
     out_v, out_i, lo = [], [], 0
     for n in counts:
-        best: dict[int, float] = {}
-        for v, i in zip(values[lo:lo + n].flatten().tolist(), indices[lo:lo + n].flatten().tolist()):
-            if v > best.get(i, float("-inf")):
-                best[i] = v
-        top = sorted(best.items(), key=lambda hit: (-hit[1], hit[0]))[:width]
-        out_v.append([v for _, v in top])
-        out_i.append([i for i, _ in top])
+        found = indices[lo:lo + n].flatten()
+        found = found[found >= 0].unique()  # ascending: topk's ties keep the lower position
+        merged = blend_rows(vectors[lo:lo + n] @ tool_vectors[found].T, whole)  # [C]
+        top = merged.argsort(descending=True, stable=True)[:width]
+        out_v.append(merged[top])
+        out_i.append(found[top])
         lo += n
-    return torch.tensor(out_v, dtype=values.dtype).reshape(len(counts), width), \
-        torch.tensor(out_i, dtype=torch.long).reshape(len(counts), width)
+    return torch.stack(out_v), torch.stack(out_i)
 
 
 def ranks(scores: torch.Tensor) -> torch.Tensor:

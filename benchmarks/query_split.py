@@ -31,7 +31,7 @@ from typing import get_args
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from general import LODO_SETS, PAGE, chosen_alpha  # noqa: E402
+from general import LODO_SETS, PAGE, chosen_alpha, split_rule  # noqa: E402
 from general_hybrid import fusion_grid, members  # noqa: E402
 from results_io import RESULTS, machine, upsert, write_block  # noqa: E402
 
@@ -39,6 +39,13 @@ from toolgraph.config import QuerySplit  # noqa: E402
 
 NAME = "query_split"
 SPLITS = get_args(QuerySplit)
+WHOLE = (0.15, 0.3, 0.5)  # query_split_whole weights tried with each split (--whole)
+
+
+def rules(whole: tuple[float, ...] = WHOLE) -> tuple[str, ...]:
+    """The rules measured, simplest first (a val tie keeps the earlier): each split alone, then each split
+    with the whole request weighing w beside its best piece (``clauses:0.3``: general.split_rule)."""
+    return (*SPLITS, *(f"{s}:{w}" for s in SPLITS if s != "none" for w in whole))
 MINILM = "all-MiniLM-L6-v2"
 
 
@@ -66,8 +73,9 @@ def measure(args: argparse.Namespace) -> None:
         encoder, wise = lodo_model(args.lodo, d, args.wise) if args.lodo else (None, None)
         test, val, queries = {}, {}, 0
         retriever, bm25, ds, cfg = members(d, encoder, wise)  # the catalog is encoded once, for every rule
-        for rule in SPLITS:
-            retriever.config = replace(retriever.config, query_split=rule)
+        for rule in rules(tuple(args.whole)):
+            split, whole = split_rule(rule)
+            retriever.config = replace(retriever.config, query_split=split, query_split_whole=whole)
             got = fusion_grid(retriever, bm25, ds, cfg, args.weights)
             test[rule], queries = got["test"], got["queries"]
             if got["val_recall@5"]:
@@ -76,16 +84,21 @@ def measure(args: argparse.Namespace) -> None:
                "wise": wise, "queries": queries, "metrics": test, "val_recall@5": val,
                "seconds": round(time.perf_counter() - start, 1), "command": args.command, "machine": machine()}
         upsert(NAME, [row])
-        print(f"{d}: test R@5 " + ", ".join(f"{r} {test[r]['0.0']['recall@5']:.4f}" for r in SPLITS)
+        print(f"{d}: test R@5 " + ", ".join(f"{r} {test[r]['0.0']['recall@5']:.4f}" for r in test)
               + ("; val " + ", ".join(f"{r} {val[r]['0.0']:.4f}" for r in val) if val else ""), flush=True)
     render()
 
 
+def common_rules(rows: list[dict]) -> list[str]:
+    """The rules every row was measured with, in the order the rows list them (simplest first)."""
+    return [k for k in rows[0]["metrics"] if all(k in r["metrics"] for r in rows)] if rows else []
+
+
 def choose(rows: list[dict]) -> tuple[tuple[str, str], dict[tuple[str, str], float]]:
-    """The (split, w) with the best mean val R@5 over ``rows`` with a val split; a tie keeps the earlier
-    one in the order none < sentences < clauses, then w ascending (the simpler rule)."""
+    """The (rule, w) with the best mean val R@5 over ``rows`` with a val split (rule: the query split, w:
+    BM25's weight); a tie keeps the earlier rule (simplest first, :func:`rules`), then w ascending."""
     have = [r for r in rows if r["val_recall@5"]]
-    keys = [(s, w) for s in SPLITS for w in sorted(have[0]["val_recall@5"][s], key=float)] if have else []
+    keys = [(s, w) for s in common_rules(have) for w in sorted(have[0]["val_recall@5"][s], key=float)] if have else []
     means = {k: sum(r["val_recall@5"][k[0]][k[1]] for r in have) / len(have) for k in keys}
     best = max(keys, key=lambda k: (round(means[k], 6), -keys.index(k))) if keys else ("none", "0.0")
     return best, means
@@ -93,32 +106,39 @@ def choose(rows: list[dict]) -> tuple[tuple[str, str], dict[tuple[str, str], flo
 
 def table(rows: list[dict], dense: str) -> list[str]:
     rows = sorted(rows, key=lambda r: LODO_SETS.index(r["dataset"]))
+    kept = common_rules(rows)
+    rows = [{**r, "metrics": {k: r["metrics"][k] for k in kept},
+             "val_recall@5": {k: v for k, v in r["val_recall@5"].items() if k in kept}} for r in rows]
     (split, w), means = choose(rows)
     alone = choose([{**r, "val_recall@5": {s: {"0.0": v["0.0"]} for s, v in r["val_recall@5"].items()}}
-                    for r in rows])[0]
+                    for r in rows])[0][0]
     hybrid_w = max((k for k in means if k[0] == "none"), key=lambda k: (round(means[k], 6), -float(k[1])))[1] \
         if means else "0.0"
+    per_rule = {s: {k[1]: m for k, m in means.items() if k[0] == s} for s in kept}
     lines = [f"**{dense}** ({len(rows)} datasets). Mean val R@5 over the {sum(bool(r['val_recall@5']) for r in rows)} "
-             "with a val split: " + "; ".join(f"{s}: " + ", ".join(f"w {k[1]} {m:.4f}" for k, m in means.items() if k[0] == s)
-                                            for s in SPLITS) + ".",
-             f"Chosen on val: dense alone **{alone[0]}**; with BM25 **{split}, w {w}** (without a split: w {hybrid_w}).", "",
-             f"| dataset | R@5 none | R@5 sentences | R@5 clauses | Δ clauses | hybrid none (w {hybrid_w}) | hybrid {split} (w {w}) "
-             "| Δ hybrid | rule chosen on the other datasets' val | its R@5 |",
+             "with a val split, dense alone (best BM25 weight): " + "; ".join(
+                 f"{s} {ms['0.0']:.4f} (w {max(ms, key=ms.get)} {max(ms.values()):.4f})"
+                 for s, ms in per_rule.items() if ms) + ".",
+             f"Chosen on val: dense alone **{alone}**; with BM25 **{split}, w {w}** (without a split: w {hybrid_w}). "
+             "`clauses:0.3`: clauses, the whole request weighing 0.3 beside the best piece (`query_split_whole`).", "",
+             f"| dataset | R@5 none | R@5 clauses | R@5 val's choice ({alone}) | Δ | hybrid none (w {hybrid_w}) "
+             f"| hybrid {split} (w {w}) | Δ hybrid | rule chosen on the other datasets' val | its R@5 |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     sums: dict[str, list[float]] = {}
     for r in rows:
         m = r["metrics"]
-        cells = [m[s]["0.0"]["recall@5"] for s in SPLITS] + [m["none"][hybrid_w]["recall@5"], m[split][w]["recall@5"]]
+        cells = [m[s]["0.0"]["recall@5"] for s in ("none", "clauses", alone)] + [
+            m["none"][hybrid_w]["recall@5"], m[split][w]["recall@5"]]
         other = choose([o for o in rows if o is not r])[0]
         lodo = m[other[0]][other[1]]["recall@5"]
-        for key, v in zip(("none", "sentences", "clauses", "hybrid", "hybrid split", "lodo"), [*cells, lodo]):
+        for key, v in zip(("none", "clauses", "alone", "hybrid", "hybrid split", "lodo"), [*cells, lodo]):
             sums.setdefault(key, []).append(v)
         lines.append(f"| {r['dataset']} | {cells[0]:.3f} | {cells[1]:.3f} | {cells[2]:.3f} | {cells[2] - cells[0]:+.3f} "
                      f"| {cells[3]:.3f} | {cells[4]:.3f} | {cells[4] - cells[3]:+.3f} | {other[0]}, w {other[1]} "
                      f"| {lodo:.3f} |")
     mean = {k: sum(v) / len(v) for k, v in sums.items()}
-    lines.append(f"| **mean of {len(rows)}** | {mean['none']:.3f} | {mean['sentences']:.3f} | {mean['clauses']:.3f} "
-                 f"| {mean['clauses'] - mean['none']:+.3f} | {mean['hybrid']:.3f} | {mean['hybrid split']:.3f} "
+    lines.append(f"| **mean of {len(rows)}** | {mean['none']:.3f} | {mean['clauses']:.3f} | {mean['alone']:.3f} "
+                 f"| {mean['alone'] - mean['none']:+.3f} | {mean['hybrid']:.3f} | {mean['hybrid split']:.3f} "
                  f"| {mean['hybrid split'] - mean['hybrid']:+.3f} | | {mean['lodo']:.3f} |")
     return lines
 
@@ -139,6 +159,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--datasets", nargs="+", default=list(LODO_SETS), choices=LODO_SETS)
     p.add_argument("--weights", nargs="+", type=float, default=[0.2, 0.3, 0.5], help="BM25 weights of the hybrid")
+    p.add_argument("--whole", nargs="*", type=float, default=list(WHOLE),
+                   help="query_split_whole weights tried with each split (the whole request beside the best piece)")
     p.add_argument("--lodo", default=None, help="the general_lodo setting whose models are the dense member "
                                                 "(default: MiniLM, no training)")
     p.add_argument("--wise", type=float, default=None, help="--lodo: the WiSE alpha of the models (default: the "

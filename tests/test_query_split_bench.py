@@ -37,5 +37,17 @@ def test_each_dataset_gets_the_rule_of_the_others_val_in_the_lodo_column(qs):
             row("metatool", grid(0.8, 0.8, 0.8), grid(0.8, 0.81, 0.79))]
     table = "\n".join(qs.table(rows, "all-MiniLM-L6-v2"))
     # metatool's own val would tie (none); seal-tools alone chooses clauses, so metatool gets 0.79
-    assert "| metatool | 0.800 | 0.810 | 0.790 | -0.010 |" in table and table.count("| clauses, w 0.0 | 0.790 |") == 1
-    assert "| seal-tools | 0.500 | 0.600 | 0.700 | +0.200 |" in table and "| none, w 0.0 | 0.500 |" in table
+    assert "| metatool | 0.800 | 0.790 | 0.790 | -0.010 |" in table and table.count("| clauses, w 0.0 | 0.790 |") == 1
+    assert "| seal-tools | 0.500 | 0.700 | 0.700 | +0.200 |" in table and "| none, w 0.0 | 0.500 |" in table
+
+
+def test_blended_rules_are_chosen_like_the_others_and_rows_without_them_are_compared_on_the_common_ones(qs):
+    assert qs.rules((0.3,)) == ("none", "sentences", "clauses", "sentences:0.3", "clauses:0.3")
+    blended = {**grid(0.5, 0.6, 0.7), "clauses:0.3": {"0.0": 0.72, "0.3": 0.72}}
+    rows = [row("seal-tools", blended, blended), row("metatool", {**grid(0.8, 0.8, 0.8), "clauses:0.3": {
+        "0.0": 0.81, "0.3": 0.81}}, {**grid(0.8, 0.8, 0.8), "clauses:0.3": {"0.0": 0.82, "0.3": 0.82}})]
+    assert qs.choose(rows)[0] == ("clauses:0.3", "0.0")  # (0.72 + 0.81) / 2; a tie in w keeps 0.0
+    assert "| metatool | 0.800 | 0.800 | 0.820 | +0.020 |" in "\n".join(qs.table(rows, "MiniLM"))
+    old = row("api-bank", grid(0.6, 0.7, 0.7), grid(0.6, 0.7, 0.7))  # measured before the blended rules
+    assert qs.common_rules([*rows, old]) == ["none", "sentences", "clauses"]
+    assert "| api-bank | 0.600 | 0.700 | 0.700 |" in "\n".join(qs.table([*rows, old], "MiniLM"))

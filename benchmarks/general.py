@@ -120,14 +120,21 @@ def split_rule(spec: str) -> tuple[str, float]:
     return name, weight
 
 
+def apply_rule(retriever, spec: str) -> None:
+    """Set a dense retriever's ``query_split`` and ``query_split_whole`` to the rule ``spec``
+    (:func:`split_rule`); its indexed tools stay as they are (a rule only changes how requests score)."""
+    from dataclasses import replace
+
+    name, whole = split_rule(spec)
+    retriever.config = replace(retriever.config, query_split=name, query_split_whole=whole)
+
+
 def zero_shot_grid(encoder: Path, dataset: str, alphas: tuple = (None,), rules: tuple = ("none",),
                    splits: tuple = ("test",)) -> dict[tuple, tuple[dict, int]]:
     """{(alpha, rule, split): (metrics, queries)}: :func:`zero_shot` for each WiSE alpha (the weights
     ``alpha * trained + (1 - alpha) * MiniLM``, WiSE-FT, Wortsman et al. 2022; None: as trained), each
     ``retriever.query_split`` rule and each split. One retriever per alpha encodes the catalog once for
     every rule and split (a rule changes how requests are scored, never the tools' vectors)."""
-    from dataclasses import replace
-
     from toolgraph.config import EvaluateConfig, load_config
     from toolgraph.data import prepare_dataset
     from toolgraph.evaluation import evaluate
@@ -142,8 +149,7 @@ def zero_shot_grid(encoder: Path, dataset: str, alphas: tuple = (None,), rules: 
         if alpha is not None:
             interpolate_weights(retriever.encoder.backbone, "all-MiniLM-L6-v2", alpha)
         for rule in rules:
-            name, whole = split_rule(rule)
-            retriever.config = replace(retriever.config, query_split=name, query_split_whole=whole)
+            apply_rule(retriever, rule)
             for split in splits:
                 report = evaluate(retriever, ds, split, cfg.eval)
                 out[alpha, rule, split] = report.metrics, len(report.query_ids)

@@ -25,19 +25,19 @@ import argparse
 import shlex
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import get_args
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from general import LODO_SETS, PAGE, chosen_alpha, split_rule  # noqa: E402
+from general import LODO_SETS, PAGE, apply_rule, chosen_alpha  # noqa: E402
 from general_hybrid import fusion_grid, members  # noqa: E402
 from results_io import RESULTS, machine, upsert, write_block  # noqa: E402
 
 from toolgraph.config import QuerySplit  # noqa: E402
 
 NAME = "query_split"
+MINILM = "all-MiniLM-L6-v2"
 SPLITS = get_args(QuerySplit)
 WHOLE = (0.15, 0.3, 0.5)  # query_split_whole weights tried with each split (--whole)
 
@@ -46,7 +46,6 @@ def rules(whole: tuple[float, ...] = WHOLE) -> tuple[str, ...]:
     """The rules measured, simplest first (a val tie keeps the earlier): each split alone, then each split
     with the whole request weighing w beside its best piece (``clauses:0.3``: general.split_rule)."""
     return (*SPLITS, *(f"{s}:{w}" for s in SPLITS if s != "none" for w in whole))
-MINILM = "all-MiniLM-L6-v2"
 
 
 def lodo_model(setting: str, dataset: str, wise: float | None = None) -> tuple[Path, float | None]:
@@ -74,8 +73,7 @@ def measure(args: argparse.Namespace) -> None:
         test, val, queries = {}, {}, 0
         retriever, bm25, ds, cfg = members(d, encoder, wise)  # the catalog is encoded once, for every rule
         for rule in rules(tuple(args.whole)):
-            split, whole = split_rule(rule)
-            retriever.config = replace(retriever.config, query_split=split, query_split_whole=whole)
+            apply_rule(retriever, rule)
             got = fusion_grid(retriever, bm25, ds, cfg, args.weights)
             test[rule], queries = got["test"], got["queries"]
             if got["val_recall@5"]:

@@ -136,3 +136,22 @@ def test_a_query_split_row_is_compared_with_the_same_models_without_the_split(ge
     assert ("| sampler fix, query split clauses | toollens | 0.3200 → 0.3500 | – | 0.2900 → 0.3300 "
             "| sampler fix without the split, same device | CPU, 2 threads |") in table
     assert "| sampler fix | toollens | 0.3000 → 0.3200 | – | 0.3100 → 0.2900 | main, same device |" in table
+
+
+def test_a_query_split_rule_is_parsed_applied_and_a_bad_one_named(general):
+    import argparse
+
+    from toolgraph.retrieval.dense import DenseConfig
+
+    assert general.split_rule("clauses") == ("clauses", 0.0)
+    assert general.split_rule("sentences:0.3") == ("sentences", 0.3)
+    for bad in ("words", "clauses:1.5", "clauses:x", "none:0.3"):
+        with pytest.raises(argparse.ArgumentTypeError, match=repr(bad).replace("+", r"\+")):
+            general.split_rule(bad)
+
+    class Member:
+        config = DenseConfig(cache_dir=None)
+
+    member = Member()
+    general.apply_rule(member, "clauses:0.3")
+    assert (member.config.query_split, member.config.query_split_whole) == ("clauses", 0.3)

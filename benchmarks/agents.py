@@ -131,8 +131,8 @@ def cmd_mcp_layout(args: argparse.Namespace) -> None:
     import tempfile
 
     from toolgraph.data import load_dataset
+    from toolgraph.data.request_pieces import sentences
     from toolgraph.retrieval.loading import resolve_retriever
-    from toolgraph.retrieval.steps import sentences
 
     adapter, options = SETS[args.set]
     ds = load_dataset(adapter, **options)

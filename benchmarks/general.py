@@ -167,36 +167,38 @@ def model_key(query_ids: list[str], label: str | None, configs: list[str], overr
     return hashlib.sha256("\n".join(recipe).encode()).hexdigest()[:12]
 
 
-def self_supervised_option(configs: list[str], overrides: list[str]) -> dict | None:
-    """The recipe's ``data.options.self_supervised`` (configs/general.yaml, --config files, --overrides),
-    so that the near-duplicate search sees the pseudo-queries and tool views the model will train on."""
+def extra_training_options(configs: list[str], overrides: list[str]) -> dict:
+    """The recipe's ``data.options`` that add training queries (``self_supervised``, ``query_pieces``;
+    configs/general.yaml, --config files, --overrides), so that the near-duplicate search sees the
+    pseudo-queries, tool views and request pieces the model will train on."""
     from toolgraph.config import TrainConfig, load_config
 
     cfg = load_config(TrainConfig, [ROOT / "configs" / "general.yaml", *configs], overrides,
                       where="benchmarks/general.py")
-    found = (cfg.data.options or {}).get("self_supervised")
-    return dict(found) if found is not None else None
+    options = cfg.data.options or {}
+    found = options.get("self_supervised")
+    return {"self_supervised": dict(found) if found is not None else None, "query_pieces": options.get("query_pieces")}
 
 
 def lodo(args: argparse.Namespace) -> None:
     from toolgraph.data.loading import load_dataset
 
     finder = NearDuplicates(args.dup_threshold)
-    ssl = self_supervised_option(args.config, args.overrides)
+    extra = extra_training_options(args.config, args.overrides)
     runs = Path(args.runs)
     models: dict[str, Path] = {}  # training-set fingerprint -> run folder (datasets with no leak share a model)
     for held in args.datasets:
         start = time.perf_counter()
         as_train = [d for d in LODO_SETS if d not in TRAIN_SETS and d != held] if args.test_as_train else []
         names = [d for d in args.train_sets if d != held] + as_train
-        mixture = load_dataset("mixture", datasets=names, holdout=[held], test_as_train=as_train, self_supervised=ssl)
+        mixture = load_dataset("mixture", datasets=names, holdout=[held], test_as_train=as_train, **extra)
         held_ds = load_dataset(held)
         dups = finder.find(mixture, held_ds)
         dup_file = runs / "near_duplicates" / f"{held}.json"
         dup_file.parent.mkdir(parents=True, exist_ok=True)
         dup_file.write_text(json.dumps(dups))
         kept = load_dataset("mixture", datasets=names, holdout=[held], near_duplicates=str(dup_file),
-                            test_as_train=as_train, self_supervised=ssl)
+                            test_as_train=as_train, **extra)
         key = model_key([q.id for q in kept.queries], args.label, args.config, args.overrides)
         run = models.setdefault(key, runs / f"lodo-{key}")
         # the trained weights as they are (model.wise off): --wise interpolates them here, on val and test
@@ -210,6 +212,8 @@ def lodo(args: argparse.Namespace) -> None:
                   "bm25": {k: bm25.get(k) for k in ("recall@5", "ndcg@5")}, "overrides": args.overrides,
                   "trained_on": names, "test_as_train": as_train,
                   "train_queries": sum(r["train"] for r in kept.notes["mixture"].values() if not r.get("self_supervised")),
+                  **({"piece_queries": sum(r.get("pieces", 0) for r in kept.notes["mixture"].values())}
+                     if extra["query_pieces"] else {}),
                   "self_supervised_queries": sum(r["train"] for r in kept.notes["mixture"].values()
                                                  if r.get("self_supervised")),
                   "leakage_dropped": {name: r["dropped"] for name, r in kept.notes["mixture"].items() if r.get("dropped")},

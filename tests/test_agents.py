@@ -4,12 +4,13 @@ import torch
 from toolgraph import metrics as M
 from toolgraph.config import EvalConfig
 from toolgraph.data import load_dataset
+from toolgraph.data.request_pieces import sentences
 from toolgraph.data.schema import Agent, Tool
 from toolgraph.errors import ConfigError
 from toolgraph.evaluation import evaluate
 from toolgraph.retrieval import RETRIEVERS, Retriever
 from toolgraph.retrieval.agents import NONE
-from toolgraph.retrieval.steps import merge_steps, ranks, sentences
+from toolgraph.retrieval.steps import merge_steps, ranks
 
 
 def make(name, tiny_bert_dir, **kw):

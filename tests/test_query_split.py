@@ -4,10 +4,11 @@ import pytest
 import torch
 
 from toolgraph.config import load_config
+from toolgraph.data.request_pieces import clauses
 from toolgraph.errors import ConfigError
 from toolgraph.retrieval import RETRIEVERS
 from toolgraph.retrieval.dense import DenseConfig, DenseRetriever
-from toolgraph.retrieval.steps import blend_piece_hits, clauses, split_scores
+from toolgraph.retrieval.steps import blend_piece_hits, split_scores
 
 TWO_THINGS = "Create a new device named iEdge in the network. After that, verify my session token is still valid"
 

@@ -24,12 +24,12 @@ from typing import Any
 from toolgraph import data
 from toolgraph import metrics as M
 from toolgraph.config import EvalConfig, EvaluateConfig, to_dict, to_yaml
+from toolgraph.data.request_pieces import sentences
 from toolgraph.data.schema import Query, ToolDataset
 from toolgraph.errors import ConfigError
 from toolgraph.files import atomic_path, write_text_atomic
 from toolgraph.retrieval.base import Ranking, Retriever
 from toolgraph.retrieval.loading import load, resolve_retriever
-from toolgraph.retrieval.steps import sentences
 from toolgraph.runs import (
     check_output_folder,
     disk_full_is_an_error,

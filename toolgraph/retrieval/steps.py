@@ -17,10 +17,10 @@ The default was picked on StableToolBench G1 (agent R@1 / R@5 with T2A: max 0.75
 interleave 0.561 / 0.905, rrf 0.622 / 0.857) and holds on the other ToolBench sets (docs/agents-and-serving.md).
 
 Steps come from the data (``Query.steps``, e.g. MCP tasks' annotated steps) or, where a benchmark
-has none, from splitting the request into sentences (:func:`sentences`).
+has none, from splitting the request into sentences (``toolgraph.data.request_pieces.sentences``).
 
 A retriever can also split every request it is given on its own (``retriever.query_split``,
-:func:`split_scores`): the request's pieces (:data:`SPLITS`) are scored and merged by ``max``, so a
+:func:`split_scores`): the request's pieces (``toolgraph.data.request_pieces.SPLITS``) are scored and merged by ``max``, so a
 request that asks for several things finds each thing's tool ("Create a device named 'iEdge'. After
 that, check if my session token is still valid" needs a device tool and a token tool; one vector of the
 whole request sits between them). A request of one piece scores as before.
@@ -28,35 +28,11 @@ whole request sits between them). A request of one piece scores as before.
 
 from __future__ import annotations
 
-import re
-
 import torch
 
+from toolgraph.data.request_pieces import SPLITS
+
 MERGES = ("rrf", "interleave", "max")
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=\S)")
-# a clause boundary: a sentence end (also ";"), or a connective that starts the next request
-_CLAUSE_END = re.compile(r",?\s+(?:and then|then|also|as well as|additionally|and also)\s+|(?<=[.!?;])\s+(?=\S)",
-                         re.IGNORECASE)
-MIN_CLAUSE_WORDS = 3  # shorter pieces ("Thanks.", "Also") are dropped: they name no tool
-
-
-def sentences(text: str) -> list[str]:
-    """Split a request at sentence ends (., !, ? followed by space); empty pieces dropped."""
-    return [s.strip() for s in _SENTENCE_END.split(text.strip()) if s.strip()] or [text]
-
-
-def clauses(text: str) -> list[str]:
-    """Split a request into the clauses that may each need a tool: at sentence ends and ``;``, and
-    before ``then``, ``also``, ``additionally``, ``as well as``, ``and then``, ``and also``. Pieces
-    of fewer than :data:`MIN_CLAUSE_WORDS` words are dropped; fewer than two left: the whole request."""
-    pieces = [p.strip(" ,.;") for p in _CLAUSE_END.split(text.strip())]
-    kept = [p for p in pieces if len(p.split()) >= MIN_CLAUSE_WORDS]
-    return kept if len(kept) > 1 else [text]
-
-
-# retriever.query_split: how a retriever splits a request before scoring it (none: it does not);
-# the keys are config.QuerySplit's values (a test holds them equal)
-SPLITS = {"none": lambda text: [text], "sentences": sentences, "clauses": clauses}
 
 
 def pieces(queries: list[str], rule: str) -> list[list[str]]:

@@ -26,7 +26,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from toolgraph.data import pseudo_queries
+from toolgraph.data import pseudo_queries, request_pieces
 from toolgraph.data.formats import read_json
 from toolgraph.data.loading import load_dataset
 from toolgraph.data.schema import MIXTURE_SEP, Agent, Query, Tool, ToolDataset
@@ -136,7 +136,7 @@ def self_supervised_parts(name: str, tools: list[Tool], spec: dict[str, Any]
 def load_mixture(root: Path, datasets: list[Any] | None = None, holdout: list[str] | str | None = None,
                  near_duplicates: str | None = None, splits: list[str] | None = None,
                  max_val_per_dataset: int | None = 500, test_as_train: list[str] | None = None,
-                 self_supervised: dict[str, Any] | None = None) -> ToolDataset:
+                 self_supervised: dict[str, Any] | None = None, query_pieces: str | None = None) -> ToolDataset:
     """``datasets``: names, or ``{name: options}`` maps, of the datasets mixed (their train and val
     splits; ``splits`` to change). ``holdout``: dataset names nothing may leak from. ``max_val_per_dataset``:
     the first N val queries of each dataset (validation on the whole mixture is slow and adds little).
@@ -144,7 +144,10 @@ def load_mixture(root: Path, datasets: list[Any] | None = None, holdout: list[st
     ``self_supervised``: pseudo-query components from the catalogs' own text (toolgraph/data/pseudo_queries.py),
     ``{kinds: [ict, name, params], catalogs: [queryless datasets], share: 0.2, max_tools: 300, seed: 0}``:
     each kind over each mixed dataset's tools (those not held out) and over ``catalogs``, one component
-    per (kind, catalog); together they get ``share`` of the training batches."""
+    per (kind, catalog); together they get ``share`` of the training batches. ``query_pieces``: a split
+    rule (``clauses``, ``sentences``): every kept training query that needs several tools also trains
+    as its pieces, each with the gold tool it names (toolgraph/data/request_pieces.py), in its own
+    dataset's batches; a piece is checked for leaks like a query."""
     if not datasets:
         raise ConfigError("data.options.datasets: name the datasets of the mixture (e.g. [toollens, metatool])")
     specs: list[tuple[str, dict]] = []
@@ -167,6 +170,9 @@ def load_mixture(root: Path, datasets: list[Any] | None = None, holdout: list[st
         raise ConfigError(f"data.options.test_as_train: {sorted(set(as_train) - set(names))} are not in "
                           f"data.options.datasets {names}")
     keep = tuple(splits or ("train", "val"))
+    if query_pieces is not None and query_pieces not in set(request_pieces.SPLITS) - {"none"}:
+        raise ConfigError(f"data.options.query_pieces: {query_pieces!r} is not a split rule; expected one of "
+                          f"{sorted(set(request_pieces.SPLITS) - {'none'})} (or leave it out)")
     ssl = _self_supervised_spec(self_supervised) if self_supervised is not None else None
     if ssl and set(ssl["catalogs"]) & (set(names) | set(holdout_names)):
         raise ConfigError(f"data.options.self_supervised.catalogs: {sorted(set(ssl['catalogs']) & (set(names) | set(holdout_names)))} "
@@ -210,13 +216,21 @@ def load_mixture(root: Path, datasets: list[Any] | None = None, holdout: list[st
             else:
                 val_seen += query.split == "val"
                 kept.append(query)
+        pieces = []
+        for piece in request_pieces.labelled_pieces(kept, {x.id: x for x in t}, query_pieces) if query_pieces else []:
+            if normalize_text(piece.text) in texts:
+                drop["piece text also in a held-out dataset"] += 1
+            elif piece.id in extra["queries"]:
+                drop["piece near-duplicate of a held-out query (embedding)"] += 1
+            else:
+                pieces.append(piece)
         tools += t
         agents += a
-        queries += kept
+        queries += kept + pieces
         skipped.update({f"{name}: {reason}": n for reason, n in drop.items()})
         report[name] = {"tools": len(t), "tools_also_held_out": len(leaked_tools),
                         "train": sum(x.split == "train" for x in kept), "val": sum(x.split == "val" for x in kept),
-                        "dropped": dict(drop)}
+                        "dropped": dict(drop), **({"pieces": len(pieces)} if query_pieces else {})}
     if not any(q.split == "train" for q in queries):
         raise DataError(f"mixture of {names}: no training query left (holdout {holdout_names})")
     for name, source_tools in sources:

@@ -126,6 +126,7 @@ print(json.dumps(sorted(m for m in sys.modules if m.startswith("toolgraph"))))
     run = _python(code)
     assert run.returncode == 0, run.stderr[-2000:]
     loaded = json.loads(run.stdout.strip().splitlines()[-1])
-    assert "toolgraph.retrieval.bm25" in loaded and len(loaded) <= 17, loaded  # 17: retrieval.progress (bars)
+    # 18: retrieval.progress (bars) and data.request_pieces (the request split rules, read by retrieval.steps)
+    assert "toolgraph.retrieval.bm25" in loaded and len(loaded) <= 18, loaded
     assert not [m for m in loaded if m.startswith(("toolgraph.tasks", "toolgraph.training", "toolgraph.retrieval.dense",
                                                    "toolgraph.data.graph", "toolgraph.nn"))], loaded

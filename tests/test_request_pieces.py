@@ -101,3 +101,5 @@ def test_a_bad_query_pieces_rule_names_the_key(mixed):
         load_dataset("mixture", datasets=[mixed[0]], query_pieces="words")
     with pytest.raises(ConfigError, match="query_pieces: 'none'"):
         load_dataset("mixture", datasets=[mixed[0]], query_pieces="none")
+    with pytest.raises(ConfigError, match=r"query_pieces: \['clauses'\] is not a split rule"):
+        load_dataset("mixture", datasets=[mixed[0]], query_pieces=["clauses"])  # a list in YAML: named, no TypeError

@@ -170,7 +170,7 @@ def load_mixture(root: Path, datasets: list[Any] | None = None, holdout: list[st
         raise ConfigError(f"data.options.test_as_train: {sorted(set(as_train) - set(names))} are not in "
                           f"data.options.datasets {names}")
     keep = tuple(splits or ("train", "val"))
-    if query_pieces is not None and query_pieces not in set(request_pieces.SPLITS) - {"none"}:
+    if query_pieces is not None and (not isinstance(query_pieces, str) or query_pieces not in set(request_pieces.SPLITS) - {"none"}):
         raise ConfigError(f"data.options.query_pieces: {query_pieces!r} is not a split rule; expected one of "
                           f"{sorted(set(request_pieces.SPLITS) - {'none'})} (or leave it out)")
     ssl = _self_supervised_spec(self_supervised) if self_supervised is not None else None

@@ -102,31 +102,36 @@ def zero_shot(encoder: Path, dataset: str) -> tuple[dict, int]:
     return zero_shot_grid(encoder, dataset)[(None, "none", "test")]
 
 
-def split_rule(spec: str) -> tuple[str, float]:
-    """A --query-split rule: ``clauses`` -> (``retriever.query_split`` clauses, ``query_split_whole`` 0);
-    ``clauses:0.3`` -> (clauses, 0.3): the whole request's score weighs 0.3 beside the best piece's."""
+def split_rule(spec: str) -> tuple[str, float, bool]:
+    """A --query-split rule: ``clauses`` -> (``retriever.query_split`` clauses, ``query_split_whole`` 0,
+    ``query_split_cover`` False); ``clauses:0.3`` -> (clauses, 0.3, False): the whole request's score
+    weighs 0.3 beside the best piece's; ``clauses:0.3+cover`` -> (clauses, 0.3, True): then each piece's
+    own best tool first."""
     from typing import get_args
 
     from toolgraph.config import QuerySplit
 
-    name, _, whole = spec.partition(":")
+    rule, plus, cover = spec.partition("+")
+    name, _, whole = rule.partition(":")
     try:
         weight = float(whole) if whole else 0.0
     except ValueError:
         weight = -1.0
-    if name not in get_args(QuerySplit) or not 0 <= weight <= 1 or (name == "none" and whole):
+    if (name not in get_args(QuerySplit) or not 0 <= weight <= 1 or (name == "none" and (whole or plus))
+            or (plus and cover != "cover")):
         raise argparse.ArgumentTypeError(f"{spec!r}: a query split is one of {', '.join(get_args(QuerySplit))}, "
-                                         "a split optionally followed by :W, the whole request's weight in [0, 1]")
-    return name, weight
+                                         "a split optionally followed by :W, the whole request's weight in [0, 1], "
+                                         "and by +cover, each piece's best tool first")
+    return name, weight, bool(plus)
 
 
 def apply_rule(retriever, spec: str) -> None:
-    """Set a dense retriever's ``query_split`` and ``query_split_whole`` to the rule ``spec``
-    (:func:`split_rule`); its indexed tools stay as they are (a rule only changes how requests score)."""
+    """Set a dense retriever's ``query_split``, ``query_split_whole`` and ``query_split_cover`` to the rule
+    ``spec`` (:func:`split_rule`); its indexed tools stay as they are (a rule only changes how requests score)."""
     from dataclasses import replace
 
-    name, whole = split_rule(spec)
-    retriever.config = replace(retriever.config, query_split=name, query_split_whole=whole)
+    name, whole, cover = split_rule(spec)
+    retriever.config = replace(retriever.config, query_split=name, query_split_whole=whole, query_split_cover=cover)
 
 
 def zero_shot_grid(encoder: Path, dataset: str, alphas: tuple = (None,), rules: tuple = ("none",),
@@ -556,7 +561,8 @@ def main() -> None:
     a.add_argument("--overrides", nargs="*", default=[], help="train.py overrides for every model (key=value)")
     a.add_argument("--query-split", nargs="+", default=["none"], type=lambda spec: split_rule(spec) and spec,
                    help=f"evaluate with each of these retriever.query_split rules ({', '.join(get_args(QuerySplit))}; "
-                        "clauses:0.3: the whole request weighs 0.3 beside the best piece, query_split_whole), a row "
+                        "clauses:0.3: the whole request weighs 0.3 beside the best piece, query_split_whole; "
+                        "clauses:0.3+cover: then each piece's best tool first, query_split_cover), a row "
                         "each; not part of the model: each rule evaluates the same trained folder")
     a.add_argument("--label", default=None,
                    help="a recipe variant or a rerun (e.g. 'prefixes'): appended to the rows' setting, so they sit "

@@ -42,10 +42,12 @@ SPLITS = get_args(QuerySplit)
 WHOLE = (0.15, 0.3, 0.5)  # query_split_whole weights tried with each split (--whole)
 
 
-def rules(whole: tuple[float, ...] = WHOLE) -> tuple[str, ...]:
+def rules(whole: tuple[float, ...] = WHOLE, cover: bool = False) -> tuple[str, ...]:
     """The rules measured, simplest first (a val tie keeps the earlier): each split alone, then each split
-    with the whole request weighing w beside its best piece (``clauses:0.3``: general.split_rule)."""
-    return (*SPLITS, *(f"{s}:{w}" for s in SPLITS if s != "none" for w in whole))
+    with the whole request weighing w beside its best piece (``clauses:0.3``: general.split_rule), then with
+    ``cover`` each of those again with each piece's best tool first (``clauses:0.3+cover``)."""
+    base = (*SPLITS, *(f"{s}:{w}" for s in SPLITS if s != "none" for w in whole))
+    return (*base, *(f"{r}+cover" for r in base if r != "none")) if cover else base
 
 
 def lodo_model(setting: str, dataset: str, wise: float | None = None) -> tuple[Path, float | None]:
@@ -72,7 +74,7 @@ def measure(args: argparse.Namespace) -> None:
         encoder, wise = lodo_model(args.lodo, d, args.wise) if args.lodo else (None, None)
         test, val, queries = {}, {}, 0
         retriever, bm25, ds, cfg = members(d, encoder, wise)  # the catalog is encoded once, for every rule
-        for rule in rules(tuple(args.whole)):
+        for rule in rules(tuple(args.whole), args.cover):
             apply_rule(retriever, rule)
             got = fusion_grid(retriever, bm25, ds, cfg, args.weights)
             test[rule], queries = got["test"], got["queries"]
@@ -118,7 +120,9 @@ def table(rows: list[dict], dense: str) -> list[str]:
                  f"{s} {ms['0.0']:.4f} (w {max(ms, key=ms.get)} {max(ms.values()):.4f})"
                  for s, ms in per_rule.items() if ms) + ".",
              f"Chosen on val: dense alone **{alone}**; with BM25 **{split}, w {w}** (without a split: w {hybrid_w}). "
-             "`clauses:0.3`: clauses, the whole request weighing 0.3 beside the best piece (`query_split_whole`).", "",
+             "`clauses:0.3`: clauses, the whole request weighing 0.3 beside the best piece (`query_split_whole`)"
+             + ("; `+cover`: then each piece's own best tool first (`query_split_cover`)." if any(
+                 k.endswith("+cover") for k in kept) else "."), "",
              f"| dataset | R@5 none | R@5 clauses | R@5 val's choice ({alone}) | Δ | hybrid none (w {hybrid_w}) "
              f"| hybrid {split} (w {w}) | Δ hybrid | rule chosen on the other datasets' val | its R@5 |",
              "|---|---|---|---|---|---|---|---|---|---|"]
@@ -159,6 +163,8 @@ def main() -> None:
     p.add_argument("--weights", nargs="+", type=float, default=[0.2, 0.3, 0.5], help="BM25 weights of the hybrid")
     p.add_argument("--whole", nargs="*", type=float, default=list(WHOLE),
                    help="query_split_whole weights tried with each split (the whole request beside the best piece)")
+    p.add_argument("--cover", action="store_true",
+                   help="also every split rule with each piece's best tool first (retriever.query_split_cover)")
     p.add_argument("--lodo", default=None, help="the general_lodo setting whose models are the dense member "
                                                 "(default: MiniLM, no training)")
     p.add_argument("--wise", type=float, default=None, help="--lodo: the WiSE alpha of the models (default: the "

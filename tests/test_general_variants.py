@@ -143,9 +143,11 @@ def test_a_query_split_rule_is_parsed_applied_and_a_bad_one_named(general):
 
     from toolgraph.retrieval.dense import DenseConfig
 
-    assert general.split_rule("clauses") == ("clauses", 0.0)
-    assert general.split_rule("sentences:0.3") == ("sentences", 0.3)
-    for bad in ("words", "clauses:1.5", "clauses:x", "none:0.3"):
+    assert general.split_rule("clauses") == ("clauses", 0.0, False)
+    assert general.split_rule("sentences:0.3") == ("sentences", 0.3, False)
+    assert general.split_rule("clauses:0.3+cover") == ("clauses", 0.3, True)
+    assert general.split_rule("clauses+cover") == ("clauses", 0.0, True)
+    for bad in ("words", "clauses:1.5", "clauses:x", "none:0.3", "none+cover", "clauses:0.3+first", "clauses+"):
         with pytest.raises(argparse.ArgumentTypeError, match=repr(bad).replace("+", r"\+")):
             general.split_rule(bad)
 
@@ -155,3 +157,6 @@ def test_a_query_split_rule_is_parsed_applied_and_a_bad_one_named(general):
     member = Member()
     general.apply_rule(member, "clauses:0.3")
     assert (member.config.query_split, member.config.query_split_whole) == ("clauses", 0.3)
+    assert member.config.query_split_cover is False
+    general.apply_rule(member, "clauses:0.3+cover")
+    assert (member.config.query_split_whole, member.config.query_split_cover) == (0.3, True)

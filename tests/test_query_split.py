@@ -8,7 +8,7 @@ from toolgraph.data.request_pieces import clauses
 from toolgraph.errors import ConfigError
 from toolgraph.retrieval import RETRIEVERS
 from toolgraph.retrieval.dense import DenseConfig, DenseRetriever
-from toolgraph.retrieval.steps import blend_piece_hits, split_scores
+from toolgraph.retrieval.steps import COVER_STEP, blend_piece_hits, blend_rows, split_scores
 
 TWO_THINGS = "Create a new device named iEdge in the network. After that, verify my session token is still valid"
 
@@ -52,6 +52,43 @@ def test_split_scores_blend_the_whole_request_with_the_best_piece():
     assert torch.allclose(out, torch.tensor([[0.25 * 0.5 + 0.75, 0.25 * 0.2 + 0.75], [0.2, 0.1]]))
     assert calls[-1] == ["a b c. d e f", "a b c.", "d e f", "g h"]  # the whole request only where it was split
     assert torch.equal(split_scores(score, ["a b c. d e f"], "sentences", whole=1.0), torch.tensor([[0.5, 0.2]]))
+
+
+def test_cover_puts_each_pieces_best_tool_first_and_leaves_the_rest():
+    pieces = torch.tensor([[0.9, 0.85, 0.8, 0.1, 0.0],    # piece A: three good tools
+                           [0.2, 0.1, 0.0, 0.5, 0.45]])  # piece B: its best (tool 3) below A's runners-up
+    plain = blend_rows(pieces)
+    assert plain.topk(2).indices.tolist() == [0, 1]  # without cover B's tool has no place in the top 2
+    covered = blend_rows(pieces, cover=True)
+    assert covered.topk(2).indices.tolist() == [0, 3]  # each piece's best first, in its piece's order
+    assert torch.allclose(covered[[0, 3]], torch.tensor([0.9 + COVER_STEP * 1.9, 0.9 + COVER_STEP * 1.5]))
+    rest = torch.tensor([1, 2, 4])
+    assert torch.equal(covered[rest], plain[rest])  # the others keep their scores
+    same = blend_rows(torch.tensor([[0.9, 0.1], [0.7, 0.2]]), cover=True)  # both pieces' best is tool 0
+    assert same.argmax() == 0 and same[1] == 0.2
+    with_whole = torch.cat([torch.tensor([[0.0, 0.0, 0.0, 0.0, 0.9]]), pieces])  # row 0: the whole request
+    out = blend_rows(with_whole, 0.5, cover=True)
+    assert out.topk(2).indices.tolist() == [0, 3]  # the whole request's own best (tool 4) is not lifted
+    assert torch.allclose(out[4], torch.tensor(0.5 * 0.9 + 0.5 * 0.45))
+    assert torch.equal(blend_rows(pieces[:1], cover=True), pieces[0])  # one piece: as before
+
+
+def test_cover_reaches_the_retriever_and_its_faiss_index_agrees(tiny_bert_dir):
+    from dataclasses import replace
+
+    plain, covered = dense(tiny_bert_dir, "clauses"), dense(tiny_bert_dir, "clauses")
+    covered.config = replace(covered.config, query_split_whole=0.3, query_split_cover=True)
+    plain.config = replace(plain.config, query_split_whole=0.3)
+    whole = dense(tiny_bert_dir)
+    rows = whole.score([TWO_THINGS, *clauses(TWO_THINGS)])  # [whole request, piece, piece]
+    assert torch.allclose(covered.score([TWO_THINGS])[0], blend_rows(rows, 0.3, cover=True), atol=1e-6)
+    assert torch.allclose(plain.score([TWO_THINGS])[0], blend_rows(rows, 0.3), atol=1e-6)
+    exact = covered.retrieve([TWO_THINGS, "weather in Paris today"], 3)
+    covered.config = replace(covered.config, index="faiss")
+    covered.index(list(covered.tools))
+    ann = covered.retrieve([TWO_THINGS, "weather in Paris today"], 3)
+    assert ann.ids == exact.ids
+    assert torch.allclose(torch.as_tensor(ann.scores), torch.as_tensor(exact.scores), atol=1e-5)
 
 
 def test_index_hits_of_every_text_are_scored_exactly_and_blended_ties_by_position():
@@ -192,3 +229,14 @@ def test_a_whole_weight_outside_0_1_is_refused_by_name(tmp_path):
     cfg.write_text("retriever: {name: dense, query_split: clauses, query_split_whole: 1.5}\n")
     with pytest.raises(ConfigError, match="query_split_whole"):
         load_config(EvaluateConfig, [cfg])
+
+
+def test_a_cover_that_is_not_a_boolean_is_refused_by_name(tmp_path):
+    from toolgraph.config import EvaluateConfig
+
+    cfg = tmp_path / "eval.yaml"
+    cfg.write_text("retriever: {name: dense, query_split: clauses, query_split_cover: maybe}\n")
+    with pytest.raises(ConfigError, match="query_split_cover"):
+        load_config(EvaluateConfig, [cfg])
+    cfg.write_text("retriever: {name: dense, query_split: clauses, query_split_cover: true}\n")
+    assert load_config(EvaluateConfig, [cfg]).retriever.query_split_cover is True

@@ -228,7 +228,8 @@ class AgentRetriever(Retriever):
         # (blended with the whole request's by query_split_whole)
         config = self.dense.config
         return split_scores(score, queries, getattr(config, "query_split", "none"),
-                            getattr(config, "query_split_whole", 0.0))  # [Q, N + A]
+                            getattr(config, "query_split_whole", 0.0),
+                            getattr(config, "query_split_cover", False))  # [Q, N + A]
 
     def _bm25_scores(self, queries: list[str]) -> torch.Tensor:
         tokens = bm25s.tokenize(queries, stopwords="en", return_ids=False, show_progress=False)

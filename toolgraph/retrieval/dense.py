@@ -108,6 +108,9 @@ class DenseConfig(RetrieverConfig):
     # with a split: the whole request's score weighs this much beside the best piece's
     # (whole * request + (1 - whole) * best piece); 0: the best piece alone
     query_split_whole: float = bounded(0.0, ge=0.0, le=1.0)
+    # with a split: each piece's own best tool is raised above the rest, so every piece has a place at the
+    # top (a piece whose best match scores below another piece's runners-up is not crowded out)
+    query_split_cover: bool = False
 
     renamed: ClassVar[dict[str, str]] = ENCODER_KEYS
 
@@ -331,7 +334,8 @@ class DenseRetriever(Retriever):
 
     def score(self, queries: list[str]) -> torch.Tensor:
         return split_scores(lambda texts: self.encode_queries(texts) @ self.tool_vectors.T, queries,
-                            self.config.query_split, self.config.query_split_whole)  # [Q, N]
+                            self.config.query_split, self.config.query_split_whole,
+                            self.config.query_split_cover)  # [Q, N]
 
     def _search(self, queries: list[str], k: int) -> tuple[torch.Tensor, torch.Tensor]:
         if self._ann is None:
@@ -342,7 +346,7 @@ class DenseRetriever(Retriever):
         vectors = self.encode_queries([t for ts in texts for t in ts])
         _, indices = self._ann.search(vectors, k)  # each text's hits, then every hit scored exactly and blended
         return blend_piece_hits(vectors, indices, [len(ts) for ts in texts], self.tool_vectors,
-                                self.config.query_split_whole, k)
+                                self.config.query_split_whole, k, self.config.query_split_cover)
 
     # ---- persistence ------------------------------------------------------------------------
     def _save_state(self, folder: Path) -> None:

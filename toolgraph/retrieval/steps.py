@@ -23,7 +23,9 @@ A retriever can also split every request it is given on its own (``retriever.que
 :func:`split_scores`): the request's pieces (``toolgraph.data.request_pieces.SPLITS``) are scored and merged by ``max``, so a
 request that asks for several things finds each thing's tool ("Create a device named 'iEdge'. After
 that, check if my session token is still valid" needs a device tool and a token tool; one vector of the
-whole request sits between them). A request of one piece scores as before.
+whole request sits between them). A request of one piece scores as before. With ``cover``
+(``retriever.query_split_cover``) every piece's own best tool is then raised above the rest, so a piece
+whose best match scores lower than another piece's second or third still gets a place at the top.
 """
 
 from __future__ import annotations
@@ -48,42 +50,55 @@ def scored_texts(queries: list[str], rule: str, whole: float = 0.0) -> list[list
     return [[q, *ps] if whole and len(ps) > 1 else ps for q, ps in zip(queries, pieces(queries, rule), strict=True)]
 
 
-def blend_rows(rows: torch.Tensor, whole: float = 0.0) -> torch.Tensor:
+COVER_STEP = 1e-3  # how far a covered tool sits above the blended top, per unit of its piece's score
+
+
+def blend_rows(rows: torch.Tensor, whole: float = 0.0, cover: bool = False) -> torch.Tensor:
     """[T, N] score rows of one query's :func:`scored_texts` -> [N]: its best piece's score, or with
-    ``whole`` > 0, ``whole * whole request + (1 - whole) * best piece`` (row 0 is the whole request)."""
+    ``whole`` > 0, ``whole * whole request + (1 - whole) * best piece`` (row 0 is the whole request).
+
+    ``cover``: each piece's own best tool is then scored just above the blended top (the top plus
+    ``COVER_STEP * (1 + its piece's score)``, so covered tools keep their pieces' order and the rest
+    keep their scores): every piece gets a place ahead of the others, as in the first round of an
+    interleave, and a fusion that min-max normalises this row sees the others unchanged."""
     if rows.shape[0] == 1:
         return rows[0]
-    if not whole:
-        return rows.max(0).values
-    return whole * rows[0] + (1 - whole) * rows[1:].max(0).values
+    pieces = rows[1:] if whole else rows
+    out = whole * rows[0] + (1 - whole) * pieces.max(0).values if whole else pieces.max(0).values
+    if not cover:
+        return out
+    best, at = pieces.max(1)  # [P]: each piece's best tool
+    lift = torch.full_like(out, float("-inf")).scatter_reduce(0, at, COVER_STEP * (1 + best), "amax")
+    return torch.where(lift > float("-inf"), out.max() + lift, out)
 
 
-def split_scores(score_fn, queries: list[str], rule: str, whole: float = 0.0) -> torch.Tensor:
+def split_scores(score_fn, queries: list[str], rule: str, whole: float = 0.0, cover: bool = False) -> torch.Tensor:
     """[Q, N] scores of ``queries`` when each is split by ``rule`` (a key of :data:`SPLITS`) and its
     pieces' score rows merge by :func:`blend_rows` (``whole``: the whole request's weight beside the best
-    piece): one call to ``score_fn`` for every text of every query."""
+    piece; ``cover``: each piece's best tool first): one call to ``score_fn`` for every text of every query."""
     texts = scored_texts(queries, rule, whole)
     if rule == "none":
         return score_fn(queries)
     scores, out, lo = score_fn([t for ts in texts for t in ts]), [], 0
     for ts in texts:
-        out.append(blend_rows(scores[lo:lo + len(ts)], whole))
+        out.append(blend_rows(scores[lo:lo + len(ts)], whole, cover))
         lo += len(ts)
     return torch.stack(out)
 
 
 def blend_piece_hits(vectors: torch.Tensor, indices: torch.Tensor, counts: list[int], tool_vectors: torch.Tensor,
-                     whole: float, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+                     whole: float, k: int, cover: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """The top-k hits of each query when its texts (:func:`scored_texts`: the whole request, then its
     pieces) were searched one by one in an approximate index: every tool any of them found is scored
-    exactly (``vectors`` [T, H] @ its vector) and blended by :func:`blend_rows`; ties by tool position.
+    exactly (``vectors`` [T, H] @ its vector) and blended by :func:`blend_rows` (``cover`` as there: among
+    the tools found, each piece's best first); ties by tool position.
     ``indices`` [T, k'] are the hits' positions (-1: none). -> ([Q, k'], [Q, k'])."""
     width = min(k, indices.shape[1])
     out_v, out_i, lo = [], [], 0
     for n in counts:
         found = indices[lo:lo + n].flatten()
         found = found[found >= 0].unique()  # ascending: topk's ties keep the lower position
-        merged = blend_rows(vectors[lo:lo + n] @ tool_vectors[found].T, whole)  # [C]
+        merged = blend_rows(vectors[lo:lo + n] @ tool_vectors[found].T, whole, cover)  # [C]
         top = merged.argsort(descending=True, stable=True)[:width]
         out_v.append(merged[top])
         out_i.append(found[top])

@@ -180,16 +180,16 @@ def test_a_key_can_be_added_to_a_presets_inline_dense_retriever_and_a_wrong_one_
         _ = resolve_retriever(wrong.retriever).dense  # the inline member is built (and checked) on first use
 
 
-def test_the_serving_default_splits_requests_into_clauses_and_keeps_the_whole_request_at_0_3():
+def test_the_serving_default_splits_into_clauses_keeps_the_whole_request_at_0_3_and_covers_each_clause():
     from pathlib import Path
 
     from toolgraph.config import EvaluateConfig
     from toolgraph.retrieval.agents import DEFAULT_DENSE
     default = DenseRetriever.parse_config(dict(DEFAULT_DENSE))
-    assert (default.query_split, default.query_split_whole) == ("clauses", 0.3)
+    assert (default.query_split, default.query_split_whole, default.query_split_cover) == ("clauses", 0.3, True)
     preset = Path(__file__).resolve().parents[1] / "configs" / "retriever" / "t2a.yaml"
     dense = load_config(EvaluateConfig, [preset]).retriever.dense
-    assert (dense["query_split"], dense["query_split_whole"]) == ("clauses", 0.3)
+    assert (dense["query_split"], dense["query_split_whole"], dense["query_split_cover"]) == ("clauses", 0.3, True)
 
 
 def test_split_names_are_the_config_values():

@@ -71,10 +71,11 @@ NONE = -1.0e9  # score of an agent with no entity (no tools, not indexed)
 BM25_WEIGHT = {"score": 0.3, "rrf": 1.0, "weighted_rrf": 1.0}
 
 # the general tool retriever when it is installed, MiniLM otherwise (nn/encoder.py says which on stderr);
-# each request split into clauses, a tool scored by 0.3 x the whole request + 0.7 x its best clause: the rule
-# the val splits choose for the hybrid (benchmarks/query_split.py, docs/general.md)
+# each request split into clauses, a tool scored by 0.3 x the whole request + 0.7 x its best clause, each clause's
+# own best tool first (cover): the rule the val splits choose for the hybrid (benchmarks/query_split.py,
+# docs/general.md)
 DEFAULT_DENSE = {"name": "dense", "encoder": {"name": "toolgraph-general", "max_length": 128}, "query_split": "clauses",
-                 "query_split_whole": 0.3}
+                 "query_split_whole": 0.3, "query_split_cover": True}
 
 
 @dataclass

@@ -64,7 +64,9 @@ def blend_rows(rows: torch.Tensor, whole: float = 0.0, cover: bool = False) -> t
     if rows.shape[0] == 1:
         return rows[0]
     pieces = rows[1:] if whole else rows
-    out = whole * rows[0] + (1 - whole) * pieces.max(0).values if whole else pieces.max(0).values
+    out = pieces.max(0).values
+    if whole:
+        out = whole * rows[0] + (1 - whole) * out
     if not cover:
         return out
     best, at = pieces.max(1)  # [P]: each piece's best tool

@@ -51,15 +51,10 @@ def rules(whole: tuple[float, ...] = WHOLE, cover: bool = False) -> tuple[str, .
 
 
 def chosen_rules(given: list[str] | None, whole: tuple[float, ...], cover: bool) -> tuple[str, ...]:
-    """--rules as given (each a general.split_rule; ``none`` and ``clauses`` must be among them: the table's
-    first columns), else :func:`rules` of --whole and --cover."""
+    """--rules as given (each parsed by general.split_rule on the command line; ``none`` and ``clauses`` must
+    be among them: the table's first columns), else :func:`rules` of --whole and --cover."""
     if not given:
         return rules(whole, cover)
-    for rule in given:
-        try:
-            split_rule(rule)
-        except argparse.ArgumentTypeError as e:
-            raise SystemExit(f"--rules: {e}") from None
     missing = [r for r in ("none", "clauses") if r not in given]
     if missing:
         raise SystemExit(f"--rules: must include {' and '.join(missing)} (the table compares every rule with them)")
@@ -90,7 +85,7 @@ def measure(args: argparse.Namespace) -> None:
         encoder, wise = lodo_model(args.lodo, d, args.wise) if args.lodo else (None, None)
         test, val, queries = {}, {}, 0
         retriever, bm25, ds, cfg = members(d, encoder, wise)  # the catalog is encoded once, for every rule
-        for rule in chosen_rules(args.rules, tuple(args.whole), args.cover):
+        for rule in args.rules:
             apply_rule(retriever, rule)
             got = fusion_grid(retriever, bm25, ds, cfg, args.weights)
             test[rule], queries = got["test"], got["queries"]
@@ -181,7 +176,7 @@ def main() -> None:
                    help="query_split_whole weights tried with each split (the whole request beside the best piece)")
     p.add_argument("--cover", action="store_true",
                    help="also every split rule with each piece's best tool first (retriever.query_split_cover)")
-    p.add_argument("--rules", nargs="+", default=None,
+    p.add_argument("--rules", nargs="+", default=None, type=lambda spec: split_rule(spec) and spec,
                    help="exactly these rules (e.g. none clauses clauses:0.3 clauses:0.3+cover) instead of --whole/--cover's")
     p.add_argument("--lodo", default=None, help="the general_lodo setting whose models are the dense member "
                                                 "(default: MiniLM, no training)")
@@ -191,7 +186,7 @@ def main() -> None:
     p.add_argument("--command", default=None)
     args = p.parse_args()
     args.command = args.command or "python benchmarks/query_split.py " + shlex.join(sys.argv[1:])
-    chosen_rules(args.rules, tuple(args.whole), args.cover)  # a bad --rules fails before any encoding
+    args.rules = chosen_rules(args.rules, tuple(args.whole), args.cover)  # before any encoding
     render() if args.render else measure(args)
 
 

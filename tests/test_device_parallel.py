@@ -114,7 +114,7 @@ def test_committed_jobs_name_scripts_configs_and_settings_that_exist(parallel, p
                     assert (ROOT / arg).is_file(), f"{path.name}: {arg} does not exist"
                 if arg == "--lodo":
                     assert argv[i + 1] in hybrid.SETTINGS, f"{path.name}: --lodo {argv[i + 1]}"
-            if "--query-split" in argv:  # every rule parses (a ValueError names the bad one)
+            if "--query-split" in argv:  # every rule parses (general.split_rule names a bad one)
                 rules = argv[argv.index("--query-split") + 1:]
                 for rule in rules[:next((k for k, r in enumerate(rules) if r.startswith("--")), len(rules))]:
                     general.split_rule(rule)

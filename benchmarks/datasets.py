@@ -20,7 +20,7 @@ from results_io import DOCS, RESULTS, write_block  # noqa: E402
 from toolgraph.data import load_dataset, sources  # noqa: E402, F401
 from toolgraph.registry import DATASETS  # noqa: E402
 
-NEEDS_PATH = {"beir", "mixture"}  # generic readers (no default location) and mixtures of the others
+NEEDS_PATH = {"beir", "catalog-pairs", "mixture"}  # generic readers (no default location), views and mixtures of the others
 PAGE = DOCS / "data.md"  # where the datasets block lives
 
 

@@ -32,9 +32,10 @@ from toolgraph.data.schema import Tool, ToolDataset
 from toolgraph.errors import ConfigError
 from toolgraph.registry import DATASETS
 
-# catalogs of several datasets in one (mixture), a generic reader (beir, mcp) and a translation of
-# another dataset's tools (ultratool-original-zh) are not sources of their own
-NOT_SOURCES = ("beir", "mcp", "mixture", "ultratool-original-zh")
+# catalogs of several datasets in one (mixture), a generic reader (beir, mcp), a translation of another
+# dataset's tools (ultratool-original-zh) and views of another catalog's tools (catalog-pairs) are not
+# sources of their own
+NOT_SOURCES = ("beir", "catalog-pairs", "mcp", "mixture", "ultratool-original-zh")
 
 
 def _key(text: str) -> bytes:

@@ -40,6 +40,7 @@ NAME = "general"
 PAGE = DOCS / "general.md"
 TRAIN_SETS = ("toollens", "metatool", "ultratool", "toollinkos", "gorilla-torchhub", "api-bank")
 TAT = "zero-shot, test-only datasets train"
+ADAPTED = "adapted to the catalog"  # lodo --adapt: appended to the rows' label
 LODO_SETS = ("toollens", "metatool", "api-bank", "seal-tools", "nestools", "ultratool", "ultratool-original",
              "toollinkos", "toolbench-g1", "toolbench-g2", "toolbench-g3", "gorilla-huggingface",
              "gorilla-tensorflow", "gorilla-torchhub")
@@ -93,6 +94,20 @@ def train_mixture(names: list[str], holdout: str | None, near_dups: Path | None,
     if (out / "results.json").exists():  # finished: read, never retrain
         return json.loads((out / "results.json").read_text())
     train(cfg)
+    return json.loads((out / "results.json").read_text())
+
+
+def adapt(encoder: Path, dataset: str, out: Path, config: str, overrides: list[str]) -> dict:
+    """``encoder`` trained on ``dataset``'s catalog alone, its self-supervised pairs (``config``, e.g.
+    configs/adapt_catalog.yaml: no query of the dataset is read), into ``out``; a finished folder is read,
+    never trained again. The weights are exported as trained: WiSE is applied where they are tested."""
+    from toolgraph.config import TrainConfig, load_config
+    from toolgraph.training import train
+
+    cfg = load_config(TrainConfig, [config], [f"model.encoder.name={encoder}", f"data.options.dataset={dataset}",
+                                              *overrides, "model.wise=null", f"out_dir={out}"], where="--adapt")
+    if not (out / "results.json").exists():
+        train(cfg)
     return json.loads((out / "results.json").read_text())
 
 
@@ -208,9 +223,18 @@ def lodo(args: argparse.Namespace) -> None:
         run = models.setdefault(key, runs / f"lodo-{key}")
         # the trained weights as they are (model.wise off): --wise interpolates them here, on val and test
         results = train_mixture(names, held, dup_file, run, args.config, ["model.wise=null", *args.overrides], as_train)
+        encoder, adapted = run / "retriever" / "encoder", {}
+        if args.adapt:  # the fold's model adapted to the held-out catalog's own text (never its queries)
+            files = [Path(args.adapt).read_text(), *args.adapt_overrides]
+            folder = runs / f"adapt-{held}-{key}-{hashlib.sha256(chr(10).join(files).encode()).hexdigest()[:8]}"
+            done = adapt(encoder, held, folder, args.adapt, args.adapt_overrides)
+            encoder = folder / "retriever" / "encoder"
+            adapted = {"adapt": {"config": args.adapt, "overrides": args.adapt_overrides, "run": str(folder),
+                                 "train_seconds": done.get("training", {}).get("train_seconds"),
+                                 "steps": done.get("training", {}).get("steps")}}
         minilm, bm25 = baseline("dense", held), baseline("bm25", held)
         has_val = any(q.split == "val" for q in held_ds.queries)  # val chooses alpha (never test)
-        grid = zero_shot_grid(run / "retriever" / "encoder", held, (None, *(a for a in args.wise if a != 1)),
+        grid = zero_shot_grid(encoder, held, (None, *(a for a in args.wise if a != 1)),
                               tuple(args.query_split), ("test", "val") if has_val else ("test",))
         common = {"method": "general_lodo", "dataset": held, "split": "test", "encoder": "all-MiniLM-L6-v2",
                   "minilm": {k: minilm.get(k) for k in ("recall@5", "ndcg@5")},
@@ -227,9 +251,11 @@ def lodo(args: argparse.Namespace) -> None:
                   "steps": results.get("training", {}).get("steps"),
                   "device": results.get("training", {}).get("device"),
                   "seconds": round(time.perf_counter() - start, 1),  # training (or reuse) and every rule's evaluation
-                  "command": args.command, "machine": machine()}
+                  "command": args.command, "machine": machine(), **adapted}
+        named = argparse.Namespace(**{**vars(args), "label": ", ".join(
+            x for x in (args.label, ADAPTED if args.adapt else None) if x) or None})
         for qs in args.query_split:  # each rule evaluates the same trained folder
-            row = {**common, **rule_fields(args, grid, qs, has_val, bool(as_train))}
+            row = {**common, **rule_fields(named, grid, qs, has_val, bool(as_train))}
             row["delta_r5_vs_minilm"] = round(row["metrics"]["recall@5"] - minilm.get("recall@5", float("nan")), 4)
             upsert(NAME, [row])
             print(f"{held}{f' (query split {qs})' if qs != 'none' else ''}: R@5 {row['metrics']['recall@5']:.4f} "
@@ -356,7 +382,11 @@ def variants_table(labelled: list[dict], rows: list[dict]) -> str:
             if r.get("label") in (None, RERUN):
                 bases.setdefault((r["dataset"], r["setting"].removesuffix(f", {RERUN}")), []).append(r)
 
+    every = {(r["dataset"], r["setting"]): r for r in rows if r["method"] == "general_lodo"}
+
     def base_for(r: dict, setting: str) -> dict | None:
+        if r.get("adapt"):  # the same models before they were adapted to the catalog
+            return every.get((r["dataset"], r["setting"].replace(f", {ADAPTED}", "")))
         if r.get("query_split", "none") != "none":
             return (unsplit.get((r["dataset"], r["setting"].removesuffix(f", query split {r['query_split']}"))) or [None])[0]
         found = [b for b in bases.get((r["dataset"], setting), []) if b is not r]
@@ -381,7 +411,8 @@ def variants_table(labelled: list[dict], rows: list[dict]) -> str:
                 cells.append(f"{old:.4f} → {new:.4f}")
                 sums.setdefault(key, []).append(new - old)
             where = "–" if b is None else (b.get("label") or "main") + (" without the split" if b is not None and
-                                                                      r.get("query_split", "none") != "none" else "") + (
+                                                                      r.get("query_split", "none") != "none"
+                                                                      and not r.get("adapt") else "") + (
                 ", same device" if b.get("device") == r.get("device") else f", {short_device(b.get('device'))}")
             lines.append(f"| {label} | {r['dataset']} | {' | '.join(cells)} | {where} | {short_device(r.get('device'))} |")
         mean = [f"{sum(v) / len(v):+.4f} ({len(v)})" if (v := sums.get(k)) else "–" for k in ("val 1.0", "val 0.5", "test")]
@@ -567,6 +598,11 @@ def main() -> None:
     a.add_argument("--label", default=None,
                    help="a recipe variant or a rerun (e.g. 'prefixes'): appended to the rows' setting, so they sit "
                         "beside the main rows instead of replacing them (docs/general.md, 'Recipe variants')")
+    a.add_argument("--adapt", default=None, metavar="CONFIG",
+                   help="adapt each model to the held-out catalog before testing it: CONFIG (configs/adapt_catalog.yaml) "
+                        "trains it on the catalog's own self-supervised pairs, never a query; the rows' label gets "
+                        "', adapted to the catalog'. The models themselves are the ones --label names (reused)")
+    a.add_argument("--adapt-overrides", nargs="*", default=[], help="train.py overrides for the adaptation (key=value)")
     a.add_argument("--dup-threshold", type=float, default=0.95, help="cosine of an embedding near-duplicate")
     a.add_argument("--command", default=None, help="recorded in the rows (default: this command line)")
     b = sub.add_parser("all", help="in-domain rows of the all-datasets model")

@@ -72,7 +72,7 @@ def lodo_model(setting: str, dataset: str, wise: float | None = None) -> tuple[P
     if not mine:
         raise SystemExit(f"--lodo: no general_lodo row of {dataset!r} with setting {setting!r} in general.json")
     alpha = str(wise) if wise is not None else chosen_alpha(rows)[0]
-    folder = Path(mine[0]["run"]) / "retriever" / "encoder"
+    folder = Path(mine[0].get("adapt", {}).get("run") or mine[0]["run"]) / "retriever" / "encoder"  # adapted: that model
     if not folder.is_dir():
         raise SystemExit(f"--lodo: {folder} is not here (train it with benchmarks/general.py lodo)")
     return folder, None if alpha == "1.0" else float(alpha)

@@ -160,3 +160,21 @@ def test_a_query_split_rule_is_parsed_applied_and_a_bad_one_named(general):
     assert member.config.query_split_cover is False
     general.apply_rule(member, "clauses:0.3+cover")
     assert (member.config.query_split_whole, member.config.query_split_cover) == (0.3, True)
+
+
+def test_an_adapted_row_is_compared_with_the_same_models_before_adaptation(general):
+    """lodo --adapt: the rows' base is the labelled recipe they adapted (same models, same split rule), not
+    the unlabelled main row."""
+    top3 = "sampler fix, top 3 layers"
+    adapted = f"{top3}, {general.ADAPTED}"
+    rows = [row("toollens", TAT, {"1.0": 0.30}, 0.31),
+            row("toollens", TAT, {"1.0": 0.33}, 0.32, top3),
+            {**row("toollens", TAT, {"1.0": 0.35}, 0.33, adapted), "adapt": {"config": "configs/adapt_catalog.yaml"}},
+            {**row("toollens", TAT, {"1.0": 0.40}, 0.41, f"{top3}, query split clauses:0.3"),
+             "query_split": "clauses:0.3"},
+            {**row("toollens", TAT, {"1.0": 0.42}, 0.40, f"{adapted}, query split clauses:0.3"),
+             "query_split": "clauses:0.3", "adapt": {"config": "configs/adapt_catalog.yaml"}}]
+    table = general.variants_table([r for r in rows if r.get("adapt")], rows)
+    assert f"| {adapted} | toollens | 0.3300 → 0.3500 | – | 0.3200 → 0.3300 | {top3}, same device |" in table
+    assert (f"| {adapted}, query split clauses:0.3 | toollens | 0.4000 → 0.4200 | – | 0.4100 → 0.4000 | "
+            f"{top3}, query split clauses:0.3, same device |") in table

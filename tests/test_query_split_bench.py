@@ -63,3 +63,19 @@ def test_rules_given_by_name_are_checked_and_must_include_the_tables_first_colum
     with pytest.raises(SystemExit):  # refused while parsing, before any dataset is loaded
         qs.main()
     assert "argument --rules: 'clauses:2': a query split is one of" in capsys.readouterr().err
+
+
+def test_lodo_model_reads_the_adapted_encoder_when_the_row_was_adapted(monkeypatch, tmp_path):
+    import json
+
+    qs = load_benchmark("query_split", monkeypatch)
+    fold, adapted = tmp_path / "lodo-1", tmp_path / "adapt-toollens-1"
+    for f in (fold, adapted):
+        (f / "retriever" / "encoder").mkdir(parents=True)
+    row = {"method": "general_lodo", "dataset": "toollens", "run": str(fold), "val_recall@5": {"1.0": 0.3, "0.5": 0.4}}
+    rows = [{**row, "setting": "zero-shot, top 3"},
+            {**row, "setting": "zero-shot, top 3, adapted", "adapt": {"run": str(adapted)}}]
+    (tmp_path / "general.json").write_text(json.dumps({"rows": rows}))
+    monkeypatch.setattr(qs, "RESULTS", tmp_path)
+    assert qs.lodo_model("zero-shot, top 3", "toollens") == (fold / "retriever" / "encoder", 0.5)
+    assert qs.lodo_model("zero-shot, top 3, adapted", "toollens", 1.0) == (adapted / "retriever" / "encoder", None)

@@ -34,7 +34,8 @@ def test_pairs_come_from_the_tools_text_alone(synthetic_dataset_dir):
 def test_kinds_and_sample_size(synthetic_dataset_dir):
     ds = load_dataset("catalog-pairs", dataset=str(synthetic_dataset_dir), kinds=["name"], max_tools=5, seed=3)
     assert len(ds.queries) == 5 and all(q.id.startswith("name::") for q in ds.queries)
-    again = load_dataset("catalog-pairs", dataset=str(synthetic_dataset_dir), kinds=["name"], max_tools=5, seed=3)
+    again = load_dataset("catalog-pairs", dataset=str(synthetic_dataset_dir), kinds=["name", "name"], max_tools=5,
+                         seed=3)  # a kind named twice: its pairs once
     assert [q.text for q in again.queries] == [q.text for q in ds.queries]
 
 
@@ -42,6 +43,7 @@ def test_kinds_and_sample_size(synthetic_dataset_dir):
     ({}, "data.options.dataset"),
     ({"kinds": ["bogus"]}, "data.options.kinds"),
     ({"kinds": []}, "data.options.kinds"),
+    ({"kinds": [["ict"]]}, "data.options.kinds"),
     ({"max_tools": 0}, "data.options.max_tools"),
     ({"val_fraction": 1.0}, "data.options.val_fraction"),
 ])

@@ -34,8 +34,10 @@ def load_catalog_pairs(root: Path, dataset: str | None = None, kinds: list[str] 
         raise ConfigError("data.options.dataset: name the catalog to adapt to (a dataset name or a JSONL folder "
                           f"with tools.jsonl), got {dataset!r}")
     kinds = list(pseudo_queries.KINDS) if kinds is None else kinds
-    if not isinstance(kinds, list) or not kinds or set(kinds) - set(pseudo_queries.KINDS):
+    if (not isinstance(kinds, list) or not kinds or not all(isinstance(k, str) for k in kinds)
+            or set(kinds) - set(pseudo_queries.KINDS)):
         raise ConfigError(f"data.options.kinds: {kinds!r}; expected a non-empty list of {list(pseudo_queries.KINDS)}")
+    kinds = list(dict.fromkeys(kinds))  # a kind named twice gives its pairs once
     if max_tools is not None and (isinstance(max_tools, bool) or not isinstance(max_tools, int) or max_tools < 1):
         raise ConfigError(f"data.options.max_tools: {max_tools!r} must be a whole number of at least 1 (or null)")
     if not isinstance(val_fraction, (int, float)) or not 0 < val_fraction < 1:

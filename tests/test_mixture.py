@@ -300,3 +300,41 @@ def test_a_mixed_tool_reads_as_it_does_in_its_own_dataset(tmp_path):
     mixed = load_dataset("mixture", datasets=[str(a)]).tools[0]
     assert mixed.agent == f"{a}::Weather Co"  # ids keep the dataset prefix (agents of two datasets never merge)
     assert mixed.document() == own.document() == "get_weather: Weather for a city. from Weather Co"
+
+
+def test_max_queries_per_tool_spreads_a_dataset_over_its_tools():
+    """ToolLinkOS-like: one tool answers most requests. With a cap of 3 a pass keeps at most 3 queries per tool,
+    so the popular tool's share of the positives falls from ~80 % to a few per cent; the dataset shares stay."""
+    groups = [0] * 500 + [1] * 500
+    gold = [[0] if i < 400 else [1 + i % 50] for i in range(500)] + [[100 + i % 50] for i in range(500)]
+    plain = ContrastiveBatchSampler(gold, 10, seed=2, groups=groups).plan()
+    capped = ContrastiveBatchSampler(gold, 10, seed=2, groups=groups, max_per_tool=3).plan()
+    assert len(capped) == len(plain) == 100
+    share = Counter(groups[b[0][0]] for b in capped)
+    assert share == Counter(groups[b[0][0]] for b in plain) == {0: 50, 1: 50}  # dataset shares unchanged
+    popular = [sum(t == 0 for _, t, _ in b) / len(b) for b in plain + capped if groups[b[0][0]] == 0]
+    assert sum(popular[:50]) / 50 > 0.5  # uncapped: the one tool is the positive of most group-0 queries
+    assert sum(popular[50:]) / 50 < 0.1  # capped: at most 3 of each ~150-query pass
+    assert {t for b in capped for _, t, _ in b if groups[b[0][0]] == 0} == set(range(51))  # every tool seen
+    assert ContrastiveBatchSampler(gold, 10, seed=2, groups=groups, max_per_tool=3).plan() == capped
+
+
+def test_max_queries_per_tool_without_groups_is_one_capped_pass():
+    gold = [[0]] * 300 + [[1 + i % 20] for i in range(100)]  # 300 queries of tool 0, 5 of each other tool
+    plan = ContrastiveBatchSampler(gold, 10, seed=0, max_per_tool=4).plan()
+    used = Counter(t for b in plan for _, t, _ in b)
+    assert max(used.values()) <= 4 and len(plan) == 8  # 21 tools x 4 = 84 queries: 8 full batches
+    assert ContrastiveBatchSampler(gold, 10, seed=0).plan() == ContrastiveBatchSampler(gold, 10, seed=0,
+                                                                                       max_per_tool=None).plan()
+
+
+def test_max_queries_per_tool_is_checked_and_reaches_the_sampler(two_copies, tiny_bert_dir, tmp_path):
+    from toolgraph.config import TextDataConfig
+    from toolgraph.registry import TASKS
+
+    with pytest.raises(ConfigError, match="data.max_queries_per_tool"):
+        load_config(TrainConfig, [], ["data.max_queries_per_tool=0"])
+    assert TextDataConfig().max_queries_per_tool is None
+    over = _mixture_overrides(two_copies, tiny_bert_dir, tmp_path / "run") + ["data.max_queries_per_tool=2"]
+    dm = TASKS.get("bi_encoder")(load_config(TrainConfig, [], over)).datamodule_for()
+    assert dm.train_sampler(0, 1).max_per_tool == 2

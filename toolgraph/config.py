@@ -276,6 +276,9 @@ class TextDataConfig(DataConfig):
     num_workers: int = bounded(0, ge=0)
     bucket_by_length: bool = False  # training batches of queries of similar length (less padding)
     mixture_temperature: float = bounded(2.0, gt=0)  # data.name mixture: dataset g drawn ∝ n_g^(1/T) (1 = by size)
+    # training queries a tool is the positive of, at most, in one pass over a dataset (seeded draw each pass;
+    # None: all): a tool with thousands of queries no longer fills its dataset's batches
+    max_queries_per_tool: int | None = bounded(None, ge=1)
     val_split: str = "val"  # the split validated on during fit
     test_split: str = "test"
 

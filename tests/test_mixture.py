@@ -328,6 +328,26 @@ def test_max_queries_per_tool_without_groups_is_one_capped_pass():
                                                                                        max_per_tool=None).plan()
 
 
+def test_max_queries_per_tool_caps_the_positives_of_multi_tool_queries_exactly():
+    """Each kept query's drawn tool is its positive: with queries of two or three gold tools (tool 0 in every
+    one) no tool is the positive of more than the cap in a pass (a query never falls back to another of its
+    tools), and every positive is a gold tool of its query."""
+    import random
+
+    rng = random.Random(0)
+    gold = [[0] + rng.sample(range(1, 30), rng.choice([1, 2])) for _ in range(600)]
+    sampler = ContrastiveBatchSampler(gold, 8, seed=3, max_per_tool=5)
+    plan = sampler.plan()  # no groups: one capped pass
+    used = Counter(t for b in plan for _, t, _ in b)
+    assert max(used.values()) == 5 and sampler.kept == 30 * 5 and len(plan) == 150 // 8
+    assert all(t in gold[q] for b in plan for q, t, _ in b)
+    kept, positive = sampler.capped(list(range(600)), random.Random(1))  # a mixture group's pass: the same calls
+    packed = sampler.pack(sampler.filled(kept), random.Random(1), positive)
+    assert all(t == positive[q] for b in packed for q, t in b)
+    assert max(Counter(t for b in packed for _, t in b).values()) <= 5
+    assert sampler.capped(list(range(600)), random.Random(1)) == (kept, positive)  # seeded
+
+
 def test_max_queries_per_tool_is_checked_and_reaches_the_sampler(two_copies, tiny_bert_dir, tmp_path):
     from toolgraph.config import TextDataConfig
     from toolgraph.registry import TASKS

@@ -266,6 +266,7 @@ def test_resume_auto_takes_the_newest_last_checkpoint(first_run, synthetic_datas
 # ---- finding 7: training that trains nothing ------------------------------------------------------
 @pytest.mark.parametrize("override,key", [
     ("data.batch_size=512", "data.batch_size"),  # 240 training queries: no full batch
+    ("data.max_queries_per_tool=1 data.batch_size=32", "data.max_queries_per_tool"),  # 24 tools: <= 24 queries kept
     ("trainer.max_epochs=0", "trainer.max_epochs"),
     ("trainer.max_steps=0", "trainer.max_steps"),
     ("trainer.limit_train_batches=0", "trainer.limit_train_batches"),
@@ -277,7 +278,7 @@ def test_a_run_that_would_train_nothing_is_refused_naming_the_key(first_run, syn
     out = tmp_path / "run"
     shutil.copytree(first_run, out)
     before = sorted(str(p.relative_to(out)) for p in out.rglob("*"))
-    code = cli(["train", *_overrides(synthetic_dataset_dir, tiny_bert_dir, out), override])
+    code = cli(["train", *_overrides(synthetic_dataset_dir, tiny_bert_dir, out), *override.split()])
     err = capsys.readouterr().err
     assert code == 2 and f"error: {key}:" in err, err[-2000:]
     assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == before  # nothing written, moved or removed

@@ -38,6 +38,7 @@ class ContrastiveBatchSampler(Sampler[list[tuple[int, int, int]]]):
                  pinned: tuple[frozenset[int], float] | None = None, max_per_tool: int | None = None):
         self.gold = [list(g) for g in gold]
         self.max_per_tool = max_per_tool  # per pass: at most this many queries with one tool as their positive
+        self.kept = len(self.gold)  # training queries the last plan's first pass kept (fewer under a cap)
         self.hard = hard_negatives
         self.lengths = lengths  # query lengths in tokens: batches of similar lengths (little padding)
         self.groups = list(groups) if groups is not None else None  # source dataset of each query (mixtures)
@@ -69,7 +70,9 @@ class ContrastiveBatchSampler(Sampler[list[tuple[int, int, int]]]):
             return self._plan[1]
         rng = random.Random(self.seed * 1_000_003 + self.epoch)
         if self.groups is None:
-            full = self.pack(self.capped(list(range(len(self.gold))), rng), rng)  # too few for a batch: refused
+            kept, positive = self.capped(list(range(len(self.gold))), rng)
+            self.kept = len(kept)
+            full = self.pack(kept, rng, positive)  # too few for a batch: refused
         else:
             members: dict[int, list[int]] = {}
             for q, g in enumerate(self.groups):
@@ -89,7 +92,8 @@ class ContrastiveBatchSampler(Sampler[list[tuple[int, int, int]]]):
                 want = max(1, round(total * weight[g] / norm))
                 mine: list[list[tuple[int, int]]] = []
                 while len(mine) < want:  # passes over the group (each packs at least one full batch)
-                    mine += self.pack(self.filled(self.capped(members[g], rng)), rng)
+                    kept, positive = self.capped(members[g], rng)
+                    mine += self.pack(self.filled(kept), rng, positive)
                 full += mine[:want]
         self.duplicates = sum(len(b) - len({t for _, t in b}) for b in full)
         rng.shuffle(full)
@@ -99,30 +103,33 @@ class ContrastiveBatchSampler(Sampler[list[tuple[int, int, int]]]):
         self._plan = (self.epoch, plan)
         return plan
 
-    def capped(self, queries: list[int], rng: random.Random) -> list[int]:
-        """One pass's ``queries`` with at most ``max_per_tool`` of them for any one tool: in a seeded random
-        order each query draws one of its gold tools and is kept while that tool is under the cap, so a
-        dataset's passes spread over its tools instead of repeating its most asked-for ones (ToolLinkOS: one
-        tool is the answer to 1,254 of 1,569 requests). Without a cap, ``queries`` unchanged."""
+    def capped(self, queries: list[int], rng: random.Random) -> tuple[list[int], dict[int, int] | None]:
+        """One pass's ``queries`` with at most ``max_per_tool`` of them for any one tool, and each kept query's
+        positive: in a seeded random order each query draws one of its gold tools and is kept, with that tool as
+        its positive, while the tool is under the cap. A dataset's passes then spread over its tools instead of
+        repeating its most asked-for ones (ToolLinkOS: one tool is the answer to 1,254 of 1,569 requests).
+        Without a cap: ``queries`` unchanged and no positives fixed (``pack`` chooses them)."""
         if self.max_per_tool is None:
-            return queries
+            return queries, None
         count: dict[int, int] = {}
-        kept = []
+        positive: dict[int, int] = {}
         for q in rng.sample(queries, len(queries)):
             t = rng.choice(self.gold[q])
             if count.get(t, 0) < self.max_per_tool:
                 count[t] = count.get(t, 0) + 1
-                kept.append(q)
-        return sorted(kept)
+                positive[q] = t
+        return sorted(positive), positive
 
     def filled(self, queries: list[int]) -> list[int]:
         """A mixture group's ``queries``, repeated as often as it takes to fill one batch: fewer queries than
         a batch would pack no full batch (under DDP every batch must be full) and train on nothing of them,
         as ToolBench G3's 61 test queries once did in the general recipe's batch of 128. (A whole training
-        set smaller than a batch is refused instead, naming ``data.batch_size``.)"""
+        set smaller than a batch is refused instead, naming ``data.batch_size``, or ``data.max_queries_per_tool``
+        when the cap left it so.)"""
         return queries * -(-self.batch_size // len(queries)) if queries else queries
 
-    def pack(self, order: list[int], rng: random.Random) -> list[list[tuple[int, int]]]:
+    def pack(self, order: list[int], rng: random.Random,
+             positive: dict[int, int] | None = None) -> list[list[tuple[int, int]]]:
         """Full batches of (query, positive tool) from the queries ``order``, in a seeded random order.
 
         Each query goes to the first open batch where one of its gold tools is still absent (its gold
@@ -130,12 +137,17 @@ class ContrastiveBatchSampler(Sampler[list[tuple[int, int, int]]]):
         queries fall back to their other tools (first-fit with one fixed tool per query used only 27 %
         of ToolLens an epoch). Queries that fit nowhere wait until the end and then fill batches even
         with a repeated tool: the false-negative mask still keeps those correct, and ``duplicates``
-        counts them. Only the last, incomplete batch is dropped."""
+        counts them. Only the last, incomplete batch is dropped. ``positive`` (from ``capped``): each query's
+        one positive, fixed, so the cap holds for the positives exactly (a query never falls back to a tool
+        that is already at its cap)."""
         rng.shuffle(order)
         if self.lengths is not None:  # length buckets: sort windows of 32 batches by length (still random across)
             w = self.batch_size * 32
             order = [q for s in range(0, len(order), w) for q in sorted(order[s:s + w], key=lambda q: self.lengths[q])]
-        prefs = {q: rng.sample(self.gold[q], len(self.gold[q])) for q in order}  # gold tools, random order
+        if positive is None:
+            prefs = {q: rng.sample(self.gold[q], len(self.gold[q])) for q in order}  # gold tools, random order
+        else:
+            prefs = {q: [positive[q]] for q in order}
         full: list[list[tuple[int, int]]] = []
         open_batches: list[tuple[list[tuple[int, int]], set[int]]] = []
         waiting: list[int] = []

@@ -38,7 +38,7 @@ class ContrastiveBatchSampler(Sampler[list[tuple[int, int, int]]]):
                  pinned: tuple[frozenset[int], float] | None = None, max_per_tool: int | None = None):
         self.gold = [list(g) for g in gold]
         self.max_per_tool = max_per_tool  # per pass: at most this many queries with one tool as their positive
-        self.kept = len(self.gold)  # training queries the last plan's first pass kept (fewer under a cap)
+        self.kept = len(self.gold)  # without groups: training queries the last plan kept (fewer under a cap)
         self.hard = hard_negatives
         self.lengths = lengths  # query lengths in tokens: batches of similar lengths (little padding)
         self.groups = list(groups) if groups is not None else None  # source dataset of each query (mixtures)

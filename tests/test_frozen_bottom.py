@@ -101,3 +101,34 @@ def test_tool2vec_refuses_a_frozen_bottom(synthetic_dataset_dir, tiny_bert_dir, 
     over = tiny_train_overrides(synthetic_dataset_dir, tiny_bert_dir, tmp_path / "run", steps=2)
     with pytest.raises(ValueError, match="freeze_layers=0"):
         train(load_config(TrainConfig, [], [*over, "model.name=tool2vec", "model.freeze_layers=1"]))
+
+
+@pytest.mark.parametrize("kind", ["bert", "mpnet"])
+def test_top_layers_over_the_cached_bottom_are_the_full_forward(kind, tiny_bert_dir):
+    """Layers k: over the bottom's states give the backbone's own output on every real token, in a padded
+    batch. MPNet's encoder computes one relative-position bias for all its layers; without it the top
+    layers would run (and train) on different attention from the model they export."""
+    from transformers import MPNetConfig, MPNetModel
+
+    from toolgraph.nn.frozen import bottom_states, run_layers
+
+    tok = AutoTokenizer.from_pretrained(tiny_bert_dir)
+    torch.manual_seed(0)
+    if kind == "bert":
+        backbone = BertModel.from_pretrained(tiny_bert_dir)
+    else:
+        backbone = MPNetModel(MPNetConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2,
+                                          num_attention_heads=2, intermediate_size=64, max_position_embeddings=130,
+                                          pad_token_id=tok.pad_token_id), add_pooling_layer=False)
+        with torch.no_grad():  # random init leaves the bias near zero; make it matter
+            backbone.encoder.relative_attention_bias.weight.normal_(0, 2.0)
+    backbone.eval()
+    batch = tok(TEXTS + ["a much longer request that needs the whole width of the batch to fit it"],
+                padding=True, return_tensors="pt")
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    with torch.no_grad():
+        full = backbone(input_ids=ids, attention_mask=mask).last_hidden_state
+        top = run_layers(backbone, bottom_states(backbone, ids, mask, 1), mask, 1)
+    real = mask.bool()
+    assert (mask == 0).any()  # the batch is padded
+    torch.testing.assert_close(top[real], full[real], atol=1e-5, rtol=1e-5)

@@ -4,7 +4,8 @@ Tool catalogs are small and training texts are fixed, so the output of a frozen 
 + the first K transformer layers) is the same every epoch: compute it once, in eval mode without gradients, keep
 it in fp16 (``PackedStates``, only real tokens, no padding) and train only the layers above
 (``run_layers``). Works with BERT-style backbones (``embeddings`` + ``encoder.layer``: BERT, MiniLM,
-RoBERTa, ELECTRA, ...); DeBERTa's relative-position encoder is refused with a clear message.
+RoBERTa, ELECTRA, ...) and MPNet (its encoder's relative-position bias goes to every layer); DeBERTa's
+relative-position encoder is refused with a clear message.
 
 A task declares it as one component: its ``Config`` extends ``FrozenBottomConfig`` (``freeze_layers``,
 ``states_dir``) and it holds a ``FrozenBottom`` (freezes its backbones, makes its datamodule serve
@@ -34,8 +35,9 @@ def stack(backbone: nn.Module) -> tuple[nn.Module, nn.ModuleList]:
     enc = getattr(backbone, "encoder", None)
     layers = getattr(enc, "layer", None)
     if emb is None or not isinstance(layers, nn.ModuleList) or hasattr(enc, "rel_embeddings"):
-        raise ConfigError(f"model.freeze_layers: needs a BERT-style encoder (embeddings + encoder.layer, absolute "
-                          f"positions); {type(backbone).__name__} is not one. Use freeze_layers: 0")
+        raise ConfigError(f"model.freeze_layers: needs a BERT-style encoder (embeddings + encoder.layer: BERT, "
+                          f"RoBERTa, MPNet, ...; not DeBERTa's relative positions); {type(backbone).__name__} is "
+                          "not one. Use freeze_layers: 0")
     return emb, layers
 
 
@@ -71,8 +73,12 @@ def run_layers(backbone: nn.Module, hidden: torch.Tensor, attention_mask: torch.
     """Transformer layers ``start:stop`` over ``hidden`` [B, L, H] -> [B, L, H]."""
     layers = stack(backbone)[1][start:stop]
     mask = layer_mask(backbone, hidden, attention_mask)
+    extra = ()
+    position_bias = getattr(backbone.encoder, "compute_position_bias", None)
+    if position_bias is not None:  # MPNet: one relative-position bias, computed by the encoder, feeds every layer
+        extra = (position_bias(hidden),)
     for layer in layers:
-        out = layer(hidden, mask)
+        out = layer(hidden, mask, *extra)
         hidden = out[0] if isinstance(out, tuple) else out
     return hidden
 

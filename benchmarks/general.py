@@ -150,9 +150,10 @@ def apply_rule(retriever, spec: str) -> None:
 
 
 def zero_shot_grid(encoder: Path, dataset: str, alphas: tuple = (None,), rules: tuple = ("none",),
-                   splits: tuple = ("test",)) -> dict[tuple, tuple[dict, int]]:
+                   splits: tuple = ("test",), base: str = "all-MiniLM-L6-v2") -> dict[tuple, tuple[dict, int]]:
     """{(alpha, rule, split): (metrics, queries)}: :func:`zero_shot` for each WiSE alpha (the weights
-    ``alpha * trained + (1 - alpha) * MiniLM``, WiSE-FT, Wortsman et al. 2022; None: as trained), each
+    ``alpha * trained + (1 - alpha) * base``, the encoder training started from: WiSE-FT, Wortsman et al.
+    2022; None: as trained), each
     ``retriever.query_split`` rule and each split. One retriever per alpha encodes the catalog once for
     every rule and split (a rule changes how requests are scored, never the tools' vectors)."""
     from toolgraph.config import EvaluateConfig, load_config
@@ -167,7 +168,7 @@ def zero_shot_grid(encoder: Path, dataset: str, alphas: tuple = (None,), rules: 
     for alpha in alphas:
         retriever = resolve_retriever(cfg.retriever)
         if alpha is not None:
-            interpolate_weights(retriever.encoder.backbone, "all-MiniLM-L6-v2", alpha)
+            interpolate_weights(retriever.encoder.backbone, base, alpha)
         for rule in rules:
             apply_rule(retriever, rule)
             for split in splits:
@@ -185,6 +186,16 @@ def model_key(query_ids: list[str], label: str | None, configs: list[str], overr
     texts = [f.read_text() if f.is_file() else f"missing: {f}" for f in files]
     recipe = [*sorted(query_ids), f"label={label}" if label else "", *configs, *texts, *overrides]
     return hashlib.sha256("\n".join(recipe).encode()).hexdigest()[:12]
+
+
+def recipe_encoder(configs: list[str], overrides: list[str]) -> str:
+    """The encoder a recipe starts from (``model.encoder.name`` of configs/general.yaml, the --config files
+    and --overrides): WiSE interpolates towards it, and the rows name it."""
+    from toolgraph.config import TrainConfig, load_config
+
+    cfg = load_config(TrainConfig, [ROOT / "configs" / "general.yaml", *configs], overrides,
+                      where="benchmarks/general.py")
+    return cfg.model.encoder.name
 
 
 def extra_training_options(configs: list[str], overrides: list[str]) -> dict:
@@ -205,6 +216,7 @@ def lodo(args: argparse.Namespace) -> None:
 
     finder = NearDuplicates(args.dup_threshold)
     extra = extra_training_options(args.config, args.overrides)
+    start_from = recipe_encoder(args.config, args.overrides)  # MiniLM unless the recipe names another encoder
     runs = Path(args.runs)
     models: dict[str, Path] = {}  # training-set fingerprint -> run folder (datasets with no leak share a model)
     for held in args.datasets:
@@ -235,8 +247,8 @@ def lodo(args: argparse.Namespace) -> None:
         minilm, bm25 = baseline("dense", held), baseline("bm25", held)
         has_val = any(q.split == "val" for q in held_ds.queries)  # val chooses alpha (never test)
         grid = zero_shot_grid(encoder, held, (None, *(a for a in args.wise if a != 1)),
-                              tuple(args.query_split), ("test", "val") if has_val else ("test",))
-        common = {"method": "general_lodo", "dataset": held, "split": "test", "encoder": "all-MiniLM-L6-v2",
+                              tuple(args.query_split), ("test", "val") if has_val else ("test",), start_from)
+        common = {"method": "general_lodo", "dataset": held, "split": "test", "encoder": start_from,
                   "minilm": {k: minilm.get(k) for k in ("recall@5", "ndcg@5")},
                   "bm25": {k: bm25.get(k) for k in ("recall@5", "ndcg@5")}, "overrides": args.overrides,
                   "trained_on": names, "test_as_train": as_train,

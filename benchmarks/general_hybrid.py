@@ -53,9 +53,9 @@ BLOCKS = {SETTINGS["test-as-train"]: "general-hybrid-tat", FULL_FT: "general-hyb
 JOBS = {SETTINGS["full-finetune-lr6e-5"]: "benchmarks/device/general_fullft_lr6e-5.jobs"}
 
 
-def members(dataset: str, encoder: Path | None, wise: float | None):
-    """The dataset's dense retriever (MiniLM, or ``encoder`` at WiSE ``wise``) and its BM25, with the
-    dataset and the evaluation config of its MiniLM preset."""
+def members(dataset: str, encoder: Path | None, wise: float | None, base: str = "all-MiniLM-L6-v2"):
+    """The dataset's dense retriever (MiniLM, or ``encoder`` at WiSE ``wise`` towards ``base``, the encoder
+    its training started from) and its BM25, with the dataset and the evaluation config of its MiniLM preset."""
     from toolgraph.config import EvaluateConfig, load_config
     from toolgraph.data import prepare_dataset
     from toolgraph.retrieval.loading import resolve_retriever
@@ -66,7 +66,7 @@ def members(dataset: str, encoder: Path | None, wise: float | None):
     if encoder is not None and wise is not None and wise != 1:
         from toolgraph.nn.encoder import interpolate_weights
 
-        interpolate_weights(dense.encoder.backbone, "all-MiniLM-L6-v2", wise)
+        interpolate_weights(dense.encoder.backbone, base, wise)
     bm25 = resolve_retriever(load_config(EvaluateConfig, [ROOT / "configs" / "eval" / f"bm25_{dataset}.yaml"]).retriever)
     return dense, bm25, prepare_dataset(cfg.data), cfg
 
@@ -84,11 +84,11 @@ def rule_order(key: str) -> tuple[int, float]:
 
 
 def grid(dataset: str, weights: list[float], encoder: Path | None = None, wise: float | None = None,
-         rrf_weights: tuple[float, ...] = ()) -> dict:
+         rrf_weights: tuple[float, ...] = (), base: str = "all-MiniLM-L6-v2") -> dict:
     """Test metrics and val R@5 of ``dense + w * bm25`` for every w (w = 0: the dense member alone) and of
     reciprocal rank fusion for every w of ``rrf_weights``, by ``toolgraph.tuning.evaluate_grid`` over the
     fusion's rule and weights (each member scores or ranks each split once)."""
-    return fusion_grid(*members(dataset, encoder, wise), weights, rrf_weights)
+    return fusion_grid(*members(dataset, encoder, wise, base), weights, rrf_weights)
 
 
 def fusion_grid(dense, bm25, ds, cfg, weights: list[float], rrf_weights: tuple[float, ...] = ()) -> dict:
@@ -227,7 +227,8 @@ def run(args: argparse.Namespace) -> None:
         elif "general" in args.dense:
             print(f"{d}: no leave-one-dataset-out model ({setting}) here ({model}): no general hybrid", flush=True)
         for method, encoder, wise, row_setting in found:
-            g = grid(d, args.weights, encoder, wise, tuple(args.rrf_weights))
+            g = grid(d, args.weights, encoder, wise, tuple(args.rrf_weights),
+                     lodo[d].get("encoder", "all-MiniLM-L6-v2") if encoder else "all-MiniLM-L6-v2")
             row = {"method": method, "dataset": d, "split": "test", "setting": row_setting,
                    "encoder": str(encoder) if encoder else "all-MiniLM-L6-v2", "wise": wise, "queries": g["queries"],
                    "metrics": g["test"], "val_recall@5": g["val_recall@5"],

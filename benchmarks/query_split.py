@@ -61,9 +61,10 @@ def chosen_rules(given: list[str] | None, whole: tuple[float, ...], cover: bool)
     return tuple(dict.fromkeys(given))
 
 
-def lodo_model(setting: str, dataset: str, wise: float | None = None) -> tuple[Path, float | None]:
-    """The encoder folder of ``dataset``'s general_lodo row of ``setting`` and the WiSE alpha: ``wise``
-    when given, else the one its setting's val splits chose (None: the weights as trained)."""
+def lodo_model(setting: str, dataset: str, wise: float | None = None) -> tuple[Path, float | None, str]:
+    """The encoder folder of ``dataset``'s general_lodo row of ``setting``, the WiSE alpha (``wise`` when
+    given, else the one its setting's val splits chose; None: the weights as trained) and the encoder its
+    training started from (WiSE interpolates towards it)."""
     import json
 
     rows = [r for r in json.loads((RESULTS / "general.json").read_text())["rows"]
@@ -75,16 +76,16 @@ def lodo_model(setting: str, dataset: str, wise: float | None = None) -> tuple[P
     folder = Path(mine[0].get("adapt", {}).get("run") or mine[0]["run"]) / "retriever" / "encoder"  # adapted: that model
     if not folder.is_dir():
         raise SystemExit(f"--lodo: {folder} is not here (train it with benchmarks/general.py lodo)")
-    return folder, None if alpha == "1.0" else float(alpha)
+    return folder, None if alpha == "1.0" else float(alpha), mine[0].get("encoder", MINILM)
 
 
 def measure(args: argparse.Namespace) -> None:
     dense = MINILM if not args.lodo else args.lodo + (f", WiSE {args.wise}" if args.wise is not None else "")
     for d in args.datasets:
         start = time.perf_counter()
-        encoder, wise = lodo_model(args.lodo, d, args.wise) if args.lodo else (None, None)
+        encoder, wise, base = lodo_model(args.lodo, d, args.wise) if args.lodo else (None, None, MINILM)
         test, val, queries = {}, {}, 0
-        retriever, bm25, ds, cfg = members(d, encoder, wise)  # the catalog is encoded once, for every rule
+        retriever, bm25, ds, cfg = members(d, encoder, wise, base)  # the catalog is encoded once, for every rule
         for rule in args.rules:
             apply_rule(retriever, rule)
             got = fusion_grid(retriever, bm25, ds, cfg, args.weights)

@@ -198,6 +198,27 @@ def test_a_mixture_trains_exports_wise_weights_and_reports_on_val(two_copies, ti
     assert not torch.allclose(exported, base)
 
 
+def test_wise_towards_another_encoder_is_refused_naming_it(tiny_bert_dir, tmp_path):
+    """WiSE interpolates towards the encoder training started from; a model of another shape (MiniLM's
+    weights for an mpnet-trained model) is a ConfigError naming it, never a shape error mid-evaluation."""
+    from transformers import AutoModel, AutoTokenizer, BertConfig, BertModel
+
+    from toolgraph.nn.encoder import interpolate_weights
+
+    wider = tmp_path / "wider"
+    cfg = BertConfig.from_pretrained(tiny_bert_dir)
+    cfg.hidden_size, cfg.intermediate_size = 64, 128
+    BertModel(cfg, add_pooling_layer=False).save_pretrained(wider)
+    AutoTokenizer.from_pretrained(tiny_bert_dir).save_pretrained(wider)
+    model = AutoModel.from_pretrained(tiny_bert_dir, add_pooling_layer=False)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(ConfigError, match="wider.*is not the encoder these weights were trained from"):
+        interpolate_weights(model, str(wider), 0.5)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # untouched
+    interpolate_weights(model, str(tiny_bert_dir), 0.5)  # its own start: the weights stay (0.5 x w + 0.5 x w)
+    assert all(torch.allclose(before[k].float(), v.float()) for k, v in model.state_dict().items())
+
+
 def test_the_general_model_by_name_is_the_installed_one_else_minilm(tiny_bert_dir, tmp_path, monkeypatch, capsys):
     from toolgraph.nn import encoder
 

@@ -74,8 +74,11 @@ def test_lodo_model_reads_the_adapted_encoder_when_the_row_was_adapted(monkeypat
         (f / "retriever" / "encoder").mkdir(parents=True)
     row = {"method": "general_lodo", "dataset": "toollens", "run": str(fold), "val_recall@5": {"1.0": 0.3, "0.5": 0.4}}
     rows = [{**row, "setting": "zero-shot, top 3"},
-            {**row, "setting": "zero-shot, top 3, adapted", "adapt": {"run": str(adapted)}}]
+            {**row, "setting": "zero-shot, top 3, adapted", "adapt": {"run": str(adapted)}},
+            {**row, "setting": "zero-shot, mpnet", "encoder": "all-mpnet-base-v2"}]
     (tmp_path / "general.json").write_text(json.dumps({"rows": rows}))
     monkeypatch.setattr(qs, "RESULTS", tmp_path)
-    assert qs.lodo_model("zero-shot, top 3", "toollens") == (fold / "retriever" / "encoder", 0.5)
-    assert qs.lodo_model("zero-shot, top 3, adapted", "toollens", 1.0) == (adapted / "retriever" / "encoder", None)
+    assert qs.lodo_model("zero-shot, top 3", "toollens") == (fold / "retriever" / "encoder", 0.5, "all-MiniLM-L6-v2")
+    assert qs.lodo_model("zero-shot, top 3, adapted", "toollens", 1.0) == (adapted / "retriever" / "encoder", None,
+                                                                          "all-MiniLM-L6-v2")
+    assert qs.lodo_model("zero-shot, mpnet", "toollens")[2] == "all-mpnet-base-v2"  # WiSE goes towards its own start

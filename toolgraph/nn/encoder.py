@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from toolgraph.errors import DataError, ModelNotFoundError
+from toolgraph.errors import ConfigError, DataError, ModelNotFoundError
 from toolgraph.nn.frozen import run_layers
 from toolgraph.nn.packaged import MPNET_NAMES, models_dir, mpnet_folder
 from toolgraph.nn.static import is_static, load_static
@@ -461,9 +461,16 @@ def load_or_restore(name: str, artifacts: dict[str, Any] | None) -> tuple[nn.Mod
 @torch.no_grad()
 def interpolate_weights(backbone: nn.Module, pretrained: str, alpha: float) -> None:
     """WiSE-FT (Wortsman et al., CVPR'22) in place: every float weight becomes ``alpha * own + (1 - alpha)
-    * pretrained``'s, ``pretrained`` a model name or folder of the same architecture."""
+    * pretrained``'s, ``pretrained`` a model name or folder of the same architecture (else a ConfigError
+    naming it: the weights of another encoder are no point on this one's fine-tuning path)."""
     base = load_backbone(pretrained)[0].state_dict()
-    for name, p in backbone.state_dict().items():
+    own = backbone.state_dict()
+    differ = [n for n, p in own.items() if p.is_floating_point() and (n not in base or base[n].shape != p.shape)]
+    if differ:
+        raise ConfigError(f"WiSE: {pretrained!r} is not the encoder these weights were trained from ({len(differ)} "
+                          f"weights missing or of another shape there, e.g. {differ[0]}); interpolate towards the "
+                          "encoder training started from (model.encoder.name)")
+    for name, p in own.items():
         if p.is_floating_point():
             p.copy_(alpha * p + (1 - alpha) * base[name].to(p.device, p.dtype))
 

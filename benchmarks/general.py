@@ -188,24 +188,19 @@ def model_key(query_ids: list[str], label: str | None, configs: list[str], overr
     return hashlib.sha256("\n".join(recipe).encode()).hexdigest()[:12]
 
 
-def recipe_encoder(configs: list[str], overrides: list[str]) -> str:
-    """The encoder a recipe starts from (``model.encoder.name`` of configs/general.yaml, the --config files
-    and --overrides): WiSE interpolates towards it, and the rows name it."""
+def recipe_config(configs: list[str], overrides: list[str]):
+    """The recipe's training config: configs/general.yaml, the --config files and --overrides (its
+    ``model.encoder.name`` is the encoder WiSE interpolates towards, and the one the rows name)."""
     from toolgraph.config import TrainConfig, load_config
 
-    cfg = load_config(TrainConfig, [ROOT / "configs" / "general.yaml", *configs], overrides,
-                      where="benchmarks/general.py")
-    return cfg.model.encoder.name
+    return load_config(TrainConfig, [ROOT / "configs" / "general.yaml", *configs], overrides,
+                       where="benchmarks/general.py")
 
 
-def extra_training_options(configs: list[str], overrides: list[str]) -> dict:
-    """The recipe's ``data.options`` that add training queries (``self_supervised``, ``query_pieces``;
-    configs/general.yaml, --config files, --overrides), so that the near-duplicate search sees the
-    pseudo-queries, tool views and request pieces the model will train on."""
-    from toolgraph.config import TrainConfig, load_config
-
-    cfg = load_config(TrainConfig, [ROOT / "configs" / "general.yaml", *configs], overrides,
-                      where="benchmarks/general.py")
+def extra_training_options(cfg) -> dict:
+    """The recipe's ``data.options`` that add training queries (``self_supervised``, ``query_pieces``), so
+    that the near-duplicate search sees the pseudo-queries, tool views and request pieces the model will
+    train on."""
     options = cfg.data.options or {}
     found = options.get("self_supervised")
     return {"self_supervised": dict(found) if found is not None else None, "query_pieces": options.get("query_pieces")}
@@ -215,8 +210,9 @@ def lodo(args: argparse.Namespace) -> None:
     from toolgraph.data.loading import load_dataset
 
     finder = NearDuplicates(args.dup_threshold)
-    extra = extra_training_options(args.config, args.overrides)
-    start_from = recipe_encoder(args.config, args.overrides)  # MiniLM unless the recipe names another encoder
+    recipe = recipe_config(args.config, args.overrides)
+    extra = extra_training_options(recipe)
+    start_from = recipe.model.encoder.name  # MiniLM unless the recipe names another encoder
     runs = Path(args.runs)
     models: dict[str, Path] = {}  # training-set fingerprint -> run folder (datasets with no leak share a model)
     for held in args.datasets:

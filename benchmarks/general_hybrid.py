@@ -228,7 +228,7 @@ def run(args: argparse.Namespace) -> None:
             print(f"{d}: no leave-one-dataset-out model ({setting}) here ({model}): no general hybrid", flush=True)
         for method, encoder, wise, row_setting in found:
             g = grid(d, args.weights, encoder, wise, tuple(args.rrf_weights),
-                     lodo[d].get("encoder", "all-MiniLM-L6-v2") if encoder else "all-MiniLM-L6-v2")
+                     lodo.get(d, {}).get("encoder", "all-MiniLM-L6-v2"))  # WiSE's base: the fold's start
             row = {"method": method, "dataset": d, "split": "test", "setting": row_setting,
                    "encoder": str(encoder) if encoder else "all-MiniLM-L6-v2", "wise": wise, "queries": g["queries"],
                    "metrics": g["test"], "val_recall@5": g["val_recall@5"],

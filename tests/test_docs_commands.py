@@ -281,9 +281,14 @@ def resolve_cli(argv: list[str], monkeypatch, capsys):
     start, after ``--print-config`` printed the resolved YAML (returned as a dict); graph build stops
     where the dataset would load."""
     import toolgraph.data
+    import toolgraph.retrieval.loading  # noqa: F401
     import toolgraph.training
     from toolgraph.cli import main
-    from toolgraph.registry import DATASETS
+    from toolgraph.registry import DATASETS, TASKS
+
+    # every module that binds prepare_dataset by name (the tasks, the retriever loader) is imported before the
+    # stubs go in: one first imported under them would keep the stub for the rest of the session
+    TASKS.names()
 
     def stop(value, *args, **kwargs):
         raise Resolved(value)

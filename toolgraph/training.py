@@ -21,9 +21,9 @@ checkpoint was written by the same task with the same ``model`` section, and loa
 
 A run that would train nothing is refused before it writes anything, with a ConfigError naming the
 key: ``trainer.max_epochs`` / ``max_steps`` / ``limit_train_batches`` of 0, a ``data.batch_size``
-(or ``data.max_queries_per_tool``) that leaves no full training batch, an int ``trainer.val_check_interval`` longer than an epoch (a
-``seed`` outside 0..2^32-1 already fails at config load). The last training step is always validated
-(``ValidateTheLastStep``), so a run cut short by ``trainer.max_steps`` keeps a best checkpoint. A run
+(or ``data.max_queries_per_tool``) that leaves no full training batch, an int ``trainer.val_check_interval``
+longer than an epoch (a ``seed`` outside 0..2^32-1 already fails at config load). The last training step is
+always validated (``ValidateTheLastStep``), so a run cut short by ``trainer.max_steps`` keeps a best checkpoint. A run
 in which no validation ran all the same (``trainer.limit_val_batches=0``, ``save_top_k=0``: so there
 is no best checkpoint and the test and export use the last weights) says so on stderr and in
 results.json (``training.warnings``).
@@ -376,7 +376,8 @@ def check_training_batches(cfg: TrainConfig, dm: L.LightningDataModule, world: i
     if per_rank == 0 and cap is not None and getattr(sampler, "kept", size) < size:
         raise ConfigError(f"data.max_queries_per_tool: {cap} keeps {sampler.kept} of {size} training examples a "
                           f"pass, fewer than one batch of data.batch_size={batch}, so nothing would train. Give a "
-                          f"larger data.max_queries_per_tool, null, or data.batch_size <= {max(1, sampler.kept // world)}")
+                          "larger data.max_queries_per_tool, null, or data.batch_size <= "
+                          f"{max(1, sampler.kept // world)}")
     if per_rank == 0:
         ranks = f" over {world} ranks" if world > 1 else ""
         raise ConfigError(f"data.batch_size: {batch} leaves no full training batch for {size} training examples"

@@ -13,6 +13,13 @@ fused with BM25 (``dense + w * bm25``, min-max scores, BM25 on the whole request
     python benchmarks/query_split.py --lodo "zero-shot, test-only datasets train, sampler fix" \\
         --datasets seal-tools api-bank gorilla-torchhub toollens metatool ultratool toollinkos
 
+With ``--second ENCODER`` the dense member is that model fused with a second encoder, zero-shot (each
+dataset's MiniLM preset with the encoder swapped; min-max scores, ``dense + v * second`` for each v of
+``--second-weights``): the top-3 models beside all-mpnet-base-v2, a larger encoder no training touched:
+
+    python benchmarks/query_split.py --lodo "zero-shot, test-only datasets train, sampler fix, top 3 layers, seed 2" \
+        --wise 0.5 --rules none clauses clauses:0.3+cover --weights 0.1 --second all-mpnet-base-v2 --second-weights 0.5
+
 The rule (split and w) is chosen by the mean R@5 on the val splits of the datasets that have one; test
 never chooses. Beside the pooled choice, each dataset's test R@5 under the rule chosen on the *other*
 datasets' val splits (what a catalog outside all of them gets). Rows: benchmarks/results/query_split.json;
@@ -32,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from general import LODO_SETS, PAGE, apply_rule, chosen_alpha, split_rule  # noqa: E402
 from general_hybrid import fusion_grid, members  # noqa: E402
-from results_io import RESULTS, machine, upsert, write_block  # noqa: E402
+from results_io import RESULTS, ROOT, machine, upsert, write_block  # noqa: E402
 
 from toolgraph.config import QuerySplit  # noqa: E402
 
@@ -79,25 +86,55 @@ def lodo_model(setting: str, dataset: str, wise: float | None = None) -> tuple[P
     return folder, None if alpha == "1.0" else float(alpha), mine[0].get("encoder", MINILM)
 
 
+def dense_label(lodo: str | None, wise: float | None, second: str | None = None, weight: float = 0.0) -> str:
+    """The rows' ``dense``: MiniLM or the --lodo setting (and its WiSE alpha when given), then
+    ``+ v x ENCODER`` when a second encoder is fused with it at weight v."""
+    dense = MINILM if not lodo else lodo + (f", WiSE {wise}" if wise is not None else "")
+    return dense + (f" + {weight:g} x {second}" if second else "")
+
+
+def second_member(dataset: str, encoder: str):
+    """``encoder`` zero-shot on ``dataset``: its MiniLM preset (configs/eval/minilm_<dataset>.yaml) with the
+    encoder swapped, as the baseline rows measure it (vectors in the preset's embedding cache)."""
+    from toolgraph.config import EvaluateConfig, load_config
+    from toolgraph.retrieval.loading import resolve_retriever
+
+    cfg = load_config(EvaluateConfig, [ROOT / "configs" / "eval" / f"minilm_{dataset}.yaml"],
+                      [f"retriever.encoder.name={encoder}"])
+    return resolve_retriever(cfg.retriever)
+
+
+def with_second(dense, second, weight: float):
+    """``dense + weight * second``, each member's scores min-max normalised per query (the hybrid's rule)."""
+    from toolgraph.retrieval.pipeline import FusionConfig, FusionRetriever
+
+    return FusionRetriever(FusionConfig(method="score", weights=[1.0, weight], normalize="minmax"),
+                           members=[dense, second])
+
+
 def measure(args: argparse.Namespace) -> None:
-    dense = MINILM if not args.lodo else args.lodo + (f", WiSE {args.wise}" if args.wise is not None else "")
     for d in args.datasets:
         start = time.perf_counter()
         encoder, wise, base = lodo_model(args.lodo, d, args.wise) if args.lodo else (None, None, MINILM)
-        test, val, queries = {}, {}, 0
         retriever, bm25, ds, cfg = members(d, encoder, wise, base)  # the catalog is encoded once, for every rule
-        for rule in args.rules:
-            apply_rule(retriever, rule)
-            got = fusion_grid(retriever, bm25, ds, cfg, args.weights)
-            test[rule], queries = got["test"], got["queries"]
-            if got["val_recall@5"]:
-                val[rule] = got["val_recall@5"]
-        row = {"method": NAME, "dataset": d, "split": "test", "setting": f"zero-shot, {dense}", "dense": dense,
-               "wise": wise, "queries": queries, "metrics": test, "val_recall@5": val,
-               "seconds": round(time.perf_counter() - start, 1), "command": args.command, "machine": machine()}
-        upsert(NAME, [row])
-        print(f"{d}: test R@5 " + ", ".join(f"{r} {test[r]['0.0']['recall@5']:.4f}" for r in test)
-              + ("; val " + ", ".join(f"{r} {val[r]['0.0']:.4f}" for r in val) if val else ""), flush=True)
+        second = second_member(d, args.second) if args.second else None
+        for v in args.second_weights if second else [0.0]:
+            dense = dense_label(args.lodo, args.wise, args.second, v)
+            scorer = with_second(retriever, second, v) if second else retriever
+            test, val, queries = {}, {}, 0
+            for rule in args.rules:
+                apply_rule(retriever, rule)  # the second encoder reads the whole request, as BM25 does
+                got = fusion_grid(scorer, bm25, ds, cfg, args.weights)
+                test[rule], queries = got["test"], got["queries"]
+                if got["val_recall@5"]:
+                    val[rule] = got["val_recall@5"]
+            row = {"method": NAME, "dataset": d, "split": "test", "setting": f"zero-shot, {dense}", "dense": dense,
+                   "wise": wise, "queries": queries, "metrics": test, "val_recall@5": val,
+                   **({"second": {"encoder": args.second, "weight": v}} if second else {}),
+                   "seconds": round(time.perf_counter() - start, 1), "command": args.command, "machine": machine()}
+            upsert(NAME, [row])
+            print(f"{d} ({dense}): test R@5 " + ", ".join(f"{r} {test[r]['0.0']['recall@5']:.4f}" for r in test)
+                  + ("; val " + ", ".join(f"{r} {val[r]['0.0']:.4f}" for r in val) if val else ""), flush=True)
     render()
 
 
@@ -183,11 +220,18 @@ def main() -> None:
                                                 "(default: MiniLM, no training)")
     p.add_argument("--wise", type=float, default=None, help="--lodo: the WiSE alpha of the models (default: the "
                                                                 "one their setting's val splits chose)")
+    p.add_argument("--second", default=None, help="a second encoder, zero-shot, fused with the dense member "
+                                                  "(e.g. all-mpnet-base-v2); its rows are tables of their own")
+    p.add_argument("--second-weights", nargs="+", type=float, default=None,
+                   help="--second: its weights beside the dense member's 1.0 (default 0.5)")
     p.add_argument("--render", action="store_true", help="only rewrite the docs table from the rows")
     p.add_argument("--command", default=None)
     args = p.parse_args()
     args.command = args.command or "python benchmarks/query_split.py " + shlex.join(sys.argv[1:])
     args.rules = chosen_rules(args.rules, tuple(args.whole), args.cover)  # before any encoding
+    if args.second_weights and not args.second:
+        p.error("--second-weights: give --second ENCODER too")
+    args.second_weights = args.second_weights or [0.5]
     render() if args.render else measure(args)
 
 

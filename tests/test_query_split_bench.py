@@ -82,3 +82,41 @@ def test_lodo_model_reads_the_adapted_encoder_when_the_row_was_adapted(monkeypat
     assert qs.lodo_model("zero-shot, top 3, adapted", "toollens", 1.0) == (adapted / "retriever" / "encoder", None,
                                                                           "all-MiniLM-L6-v2")
     assert qs.lodo_model("zero-shot, mpnet", "toollens")[2] == "all-mpnet-base-v2"  # WiSE goes towards its own start
+
+
+def test_a_second_encoder_gets_its_own_label_and_needs_naming(qs, monkeypatch, capsys):
+    assert qs.dense_label(None, None) == "all-MiniLM-L6-v2"
+    assert qs.dense_label("zero-shot, top 3", 0.5) == "zero-shot, top 3, WiSE 0.5"
+    assert qs.dense_label("zero-shot, top 3", 0.5, "all-mpnet-base-v2", 0.5) == \
+        "zero-shot, top 3, WiSE 0.5 + 0.5 x all-mpnet-base-v2"
+    assert qs.dense_label(None, None, "all-mpnet-base-v2", 1.0) == "all-MiniLM-L6-v2 + 1 x all-mpnet-base-v2"
+    monkeypatch.setattr("sys.argv", ["query_split.py", "--second-weights", "0.5"])
+    with pytest.raises(SystemExit):  # refused before any dataset is loaded
+        qs.main()
+    assert "--second-weights: give --second ENCODER too" in capsys.readouterr().err
+
+
+def test_the_second_member_adds_its_min_max_scores_at_its_weight(qs):
+    import torch
+
+    from toolgraph.data.schema import Tool
+    from toolgraph.retrieval.base import Retriever
+
+    class Fixed(Retriever):  # scores fixed by hand: [Q, N]
+        name = "fixed"
+
+        def __init__(self, scores):
+            super().__init__()
+            self.scores = torch.tensor(scores)
+
+        def index(self, tools):
+            self.tools = list(tools)
+
+        def score(self, queries):
+            return self.scores[: len(queries)]
+
+    tools = [Tool(id=f"t{i}", name=f"t{i}", description="") for i in range(3)]
+    fused = qs.with_second(Fixed([[0.9, 0.5, 0.1]]), Fixed([[0.0, 10.0, 5.0]]), 0.5)
+    fused.index(tools)
+    # min-max: dense [1, 0.5, 0], second [0, 1, 0.5]; 1.0 x dense + 0.5 x second
+    assert fused.score(["q"])[0].tolist() == pytest.approx([1.0, 1.0, 0.25])

@@ -119,8 +119,9 @@ def measure(args: argparse.Namespace) -> None:
         retriever, bm25, ds, cfg = members(d, encoder, wise, base)  # the catalog is encoded once, for every rule
         second = second_member(d, args.second) if args.second else None
         for v in args.second_weights if second else [0.0]:
-            dense = dense_label(args.lodo, args.wise, args.second, v)
-            scorer = with_second(retriever, second, v) if second else retriever
+            fused = second is not None and v > 0  # v = 0: the dense member alone, as without --second
+            dense = dense_label(args.lodo, args.wise, args.second if fused else None, v)
+            scorer = with_second(retriever, second, v) if fused else retriever
             test, val, queries = {}, {}, 0
             for rule in args.rules:
                 apply_rule(retriever, rule)  # the second encoder reads the whole request, as BM25 does
@@ -130,7 +131,7 @@ def measure(args: argparse.Namespace) -> None:
                     val[rule] = got["val_recall@5"]
             row = {"method": NAME, "dataset": d, "split": "test", "setting": f"zero-shot, {dense}", "dense": dense,
                    "wise": wise, "queries": queries, "metrics": test, "val_recall@5": val,
-                   **({"second": {"encoder": args.second, "weight": v}} if second else {}),
+                   **({"second": {"encoder": args.second, "weight": v}} if fused else {}),
                    "seconds": round(time.perf_counter() - start, 1), "command": args.command, "machine": machine()}
             upsert(NAME, [row])
             print(f"{d} ({dense}): test R@5 " + ", ".join(f"{r} {test[r]['0.0']['recall@5']:.4f}" for r in test)
@@ -223,7 +224,8 @@ def main() -> None:
     p.add_argument("--second", default=None, help="a second encoder, zero-shot, fused with the dense member "
                                                   "(e.g. all-mpnet-base-v2); its rows are tables of their own")
     p.add_argument("--second-weights", nargs="+", type=float, default=None,
-                   help="--second: its weights beside the dense member's 1.0 (default 0.5)")
+                   help="--second: its weights beside the dense member's 1.0 (default 0.5; 0: the dense member "
+                        "alone too, its rows as without --second, from the same indexed catalog)")
     p.add_argument("--render", action="store_true", help="only rewrite the docs table from the rows")
     p.add_argument("--command", default=None)
     args = p.parse_args()
@@ -231,6 +233,8 @@ def main() -> None:
     args.rules = chosen_rules(args.rules, tuple(args.whole), args.cover)  # before any encoding
     if args.second_weights and not args.second:
         p.error("--second-weights: give --second ENCODER too")
+    if any(v < 0 for v in args.second_weights or []):
+        p.error(f"--second-weights: {args.second_weights} has a negative weight (0: the dense member alone)")
     args.second_weights = args.second_weights or [0.5]
     render() if args.render else measure(args)
 

@@ -94,6 +94,10 @@ def test_a_second_encoder_gets_its_own_label_and_needs_naming(qs, monkeypatch, c
     with pytest.raises(SystemExit):  # refused before any dataset is loaded
         qs.main()
     assert "--second-weights: give --second ENCODER too" in capsys.readouterr().err
+    monkeypatch.setattr("sys.argv", ["query_split.py", "--second", "all-mpnet-base-v2", "--second-weights", "0", "-1"])
+    with pytest.raises(SystemExit):
+        qs.main()
+    assert "has a negative weight" in capsys.readouterr().err
 
 
 def test_the_second_member_adds_its_min_max_scores_at_its_weight(qs):

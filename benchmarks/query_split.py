@@ -148,7 +148,8 @@ def choose(rows: list[dict]) -> tuple[tuple[str, str], dict[tuple[str, str], flo
     """The (rule, w) with the best mean val R@5 over ``rows`` with a val split (rule: the query split, w:
     BM25's weight); a tie keeps the earlier rule (simplest first, :func:`rules`), then w ascending."""
     have = [r for r in rows if r["val_recall@5"]]
-    keys = [(s, w) for s in common_rules(have) for w in sorted(have[0]["val_recall@5"][s], key=float)] if have else []
+    keys = [(s, w) for s in common_rules(have) for w in sorted(have[0]["val_recall@5"][s], key=float)
+            if all(w in r["val_recall@5"][s] for r in have)] if have else []  # weights every row was measured with
     means = {k: sum(r["val_recall@5"][k[0]][k[1]] for r in have) / len(have) for k in keys}
     best = max(keys, key=lambda k: (round(means[k], 6), -keys.index(k))) if keys else ("none", "0.0")
     return best, means
@@ -156,9 +157,11 @@ def choose(rows: list[dict]) -> tuple[tuple[str, str], dict[tuple[str, str], flo
 
 def table(rows: list[dict], dense: str) -> list[str]:
     rows = sorted(rows, key=lambda r: LODO_SETS.index(r["dataset"]))
-    kept = common_rules(rows)
-    rows = [{**r, "metrics": {k: r["metrics"][k] for k in kept},
-             "val_recall@5": {k: v for k, v in r["val_recall@5"].items() if k in kept}} for r in rows]
+    kept = common_rules(rows)  # and the BM25 weights every row was measured with (a rerun may give fewer)
+    ws = {k: [w for w in rows[0]["metrics"][k] if all(w in r["metrics"][k] for r in rows)] for k in kept}
+    rows = [{**r, "metrics": {k: {w: r["metrics"][k][w] for w in ws[k]} for k in kept},
+             "val_recall@5": {k: {w: v[w] for w in ws[k] if w in v} for k, v in r["val_recall@5"].items() if k in kept}}
+            for r in rows]
     (split, w), means = choose(rows)
     alone = choose([{**r, "val_recall@5": {s: {"0.0": v["0.0"]} for s, v in r["val_recall@5"].items()}}
                     for r in rows])[0][0]

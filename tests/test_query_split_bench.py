@@ -124,3 +124,14 @@ def test_the_second_member_adds_its_min_max_scores_at_its_weight(qs):
     fused.index(tools)
     # min-max: dense [1, 0.5, 0], second [0, 1, 0.5]; 1.0 x dense + 0.5 x second
     assert fused.score(["q"])[0].tolist() == pytest.approx([1.0, 1.0, 0.25])
+
+
+def test_rows_measured_with_fewer_bm25_weights_are_compared_on_the_common_ones(qs):
+    full = grid(0.5, 0.6, 0.7, 0.05)
+    for ws in full.values():
+        ws["0.5"] = ws["0.0"] + 0.2  # only the first run measured w 0.5
+    rows = [row("seal-tools", full, full), row("metatool", grid(0.8, 0.8, 0.8), grid(0.8, 0.8, 0.8)),
+            row("toolbench-g3", {}, grid(0.4, 0.45, 0.5))]
+    assert qs.choose(rows)[0] == ("clauses", "0.3")  # 0.5 is not in metatool's row: not a candidate
+    table = "\n".join(qs.table(rows, "MiniLM"))
+    assert "none 0.6500 (w 0.3 0.6750)" in table and "with BM25 **clauses, w 0.3**" in table  # w 0.5: seal-tools only

@@ -14,8 +14,9 @@ fused with BM25 (``dense + w * bm25``, min-max scores, BM25 on the whole request
         --datasets seal-tools api-bank gorilla-torchhub toollens metatool ultratool toollinkos
 
 With ``--second ENCODER`` the dense member is that model fused with a second encoder, zero-shot (each
-dataset's MiniLM preset with the encoder swapped; min-max scores, ``dense + v * second`` for each v of
-``--second-weights``): the top-3 models beside all-mpnet-base-v2, a larger encoder no training touched:
+dataset's MiniLM preset with the encoder swapped, under the same split rule; min-max scores,
+``dense + v * second`` for each v of ``--second-weights``): the top-3 models beside all-mpnet-base-v2, a
+larger encoder no training touched:
 
     python benchmarks/query_split.py --lodo "zero-shot, test-only datasets train, sampler fix, top 3 layers, seed 2" \
         --wise 0.5 --rules none clauses clauses:0.3+cover --weights 0.1 --second all-mpnet-base-v2 --second-weights 0.5
@@ -124,7 +125,9 @@ def measure(args: argparse.Namespace) -> None:
             scorer = with_second(retriever, second, v) if fused else retriever
             test, val, queries = {}, {}, 0
             for rule in args.rules:
-                apply_rule(retriever, rule)  # the second encoder reads the whole request, as BM25 does
+                apply_rule(retriever, rule)
+                if fused:  # the second encoder splits the request the same way (BM25 reads it whole)
+                    apply_rule(second, rule)
                 got = fusion_grid(scorer, bm25, ds, cfg, args.weights)
                 test[rule], queries = got["test"], got["queries"]
                 if got["val_recall@5"]:

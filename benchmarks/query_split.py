@@ -18,7 +18,7 @@ dataset's MiniLM preset with the encoder swapped, under the same split rule; min
 ``dense + v * second`` for each v of ``--second-weights``): the top-3 models beside all-mpnet-base-v2, a
 larger encoder no training touched:
 
-    python benchmarks/query_split.py --lodo "zero-shot, test-only datasets train, sampler fix, top 3 layers, seed 2" \
+    python benchmarks/query_split.py --lodo "zero-shot, test-only datasets train, sampler fix, top 3 layers, seed 2" \\
         --wise 0.5 --rules none clauses clauses:0.3+cover --weights 0.1 --second all-mpnet-base-v2 --second-weights 0.5
 
 The rule (split and w) is chosen by the mean R@5 on the val splits of the datasets that have one; test

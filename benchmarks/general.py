@@ -149,13 +149,35 @@ def apply_rule(retriever, spec: str) -> None:
     retriever.config = replace(retriever.config, query_split=name, query_split_whole=whole, query_split_cover=cover)
 
 
+def second_member(dataset: str, encoder: str):
+    """``encoder`` zero-shot on ``dataset``: its MiniLM preset (configs/eval/minilm_<dataset>.yaml) with the
+    encoder swapped, as the baseline rows measure it (vectors in the preset's embedding cache)."""
+    from toolgraph.config import EvaluateConfig, load_config
+    from toolgraph.retrieval.loading import resolve_retriever
+
+    cfg = load_config(EvaluateConfig, [ROOT / "configs" / "eval" / f"minilm_{dataset}.yaml"],
+                      [f"retriever.encoder.name={encoder}"])
+    return resolve_retriever(cfg.retriever)
+
+
+def with_second(dense, second, weight: float):
+    """``dense + weight * second``, each member's scores min-max normalised per query (the hybrid's rule)."""
+    from toolgraph.retrieval.pipeline import FusionConfig, FusionRetriever
+
+    return FusionRetriever(FusionConfig(method="score", weights=[1.0, weight], normalize="minmax"),
+                           members=[dense, second])
+
+
 def zero_shot_grid(encoder: Path, dataset: str, alphas: tuple = (None,), rules: tuple = ("none",),
-                   splits: tuple = ("test",), base: str = "all-MiniLM-L6-v2") -> dict[tuple, tuple[dict, int]]:
+                   splits: tuple = ("test",), base: str = "all-MiniLM-L6-v2",
+                   second: tuple[str, float] | None = None) -> dict[tuple, tuple[dict, int]]:
     """{(alpha, rule, split): (metrics, queries)}: :func:`zero_shot` for each WiSE alpha (the weights
     ``alpha * trained + (1 - alpha) * base``, the encoder training started from: WiSE-FT, Wortsman et al.
     2022; None: as trained), each
     ``retriever.query_split`` rule and each split. One retriever per alpha encodes the catalog once for
-    every rule and split (a rule changes how requests are scored, never the tools' vectors)."""
+    every rule and split (a rule changes how requests are scored, never the tools' vectors). ``second``
+    (ENCODER, v): the model fused with that encoder zero-shot (:func:`with_second`), which splits each
+    request by the same rule."""
     from toolgraph.config import EvaluateConfig, load_config
     from toolgraph.data import prepare_dataset
     from toolgraph.evaluation import evaluate
@@ -165,14 +187,18 @@ def zero_shot_grid(encoder: Path, dataset: str, alphas: tuple = (None,), rules: 
     cfg = load_config(EvaluateConfig, [ROOT / "configs" / "eval" / f"minilm_{dataset}.yaml"],
                       [f"retriever.model={encoder}", "retriever.cache_dir=null"])
     ds, out = prepare_dataset(cfg.data), {}
+    other = second_member(dataset, second[0]) if second else None  # indexed once, for every alpha
     for alpha in alphas:
         retriever = resolve_retriever(cfg.retriever)
         if alpha is not None:
             interpolate_weights(retriever.encoder.backbone, base, alpha)
+        scorer = with_second(retriever, other, second[1]) if second else retriever
         for rule in rules:
             apply_rule(retriever, rule)
+            if other is not None:
+                apply_rule(other, rule)
             for split in splits:
-                report = evaluate(retriever, ds, split, cfg.eval)
+                report = evaluate(scorer, ds, split, cfg.eval)
                 out[alpha, rule, split] = report.metrics, len(report.query_ids)
     return out
 
@@ -242,8 +268,9 @@ def lodo(args: argparse.Namespace) -> None:
                                  "steps": done.get("training", {}).get("steps")}}
         minilm, bm25 = baseline("dense", held), baseline("bm25", held)
         has_val = any(q.split == "val" for q in held_ds.queries)  # val chooses alpha (never test)
+        second = (args.second, args.second_weight) if args.second else None
         grid = zero_shot_grid(encoder, held, (None, *(a for a in args.wise if a != 1)),
-                              tuple(args.query_split), ("test", "val") if has_val else ("test",), start_from)
+                              tuple(args.query_split), ("test", "val") if has_val else ("test",), start_from, second)
         common = {"method": "general_lodo", "dataset": held, "split": "test", "encoder": start_from,
                   "minilm": {k: minilm.get(k) for k in ("recall@5", "ndcg@5")},
                   "bm25": {k: bm25.get(k) for k in ("recall@5", "ndcg@5")}, "overrides": args.overrides,
@@ -259,9 +286,9 @@ def lodo(args: argparse.Namespace) -> None:
                   "steps": results.get("training", {}).get("steps"),
                   "device": results.get("training", {}).get("device"),
                   "seconds": round(time.perf_counter() - start, 1),  # training (or reuse) and every rule's evaluation
-                  "command": args.command, "machine": machine(), **adapted}
-        named = argparse.Namespace(**{**vars(args), "label": ", ".join(
-            x for x in (args.label, ADAPTED if args.adapt else None) if x) or None})
+                  "command": args.command, "machine": machine(), **adapted,
+                  **({"second": {"encoder": args.second, "weight": args.second_weight}} if second else {})}
+        named = argparse.Namespace(**{**vars(args), "label": rows_label(args)})
         for qs in args.query_split:  # each rule evaluates the same trained folder
             row = {**common, **rule_fields(named, grid, qs, has_val, bool(as_train))}
             row["delta_r5_vs_minilm"] = round(row["metrics"]["recall@5"] - minilm.get("recall@5", float("nan")), 4)
@@ -270,6 +297,18 @@ def lodo(args: argparse.Namespace) -> None:
                   f"(MiniLM {minilm.get('recall@5')}, BM25 {bm25.get('recall@5')}) NDCG@5 "
                   f"{row['metrics']['ndcg@5']:.4f}; dropped {row['leakage_dropped']}; {row['seconds']} s", flush=True)
     render()
+
+
+def second_part(row: dict) -> str:
+    """``+ v x ENCODER``: what ``--second`` adds to a row's label."""
+    return f"+ {row['second']['weight']:g} x {row['second']['encoder']}"
+
+
+def rows_label(args: argparse.Namespace) -> str | None:
+    """The rows' label: ``--label``, then ``+ v x ENCODER`` with ``--second``, then the adaptation. Only
+    ``--label`` is part of the model's folder name: the other two change how the same model is tested."""
+    second = second_part({"second": {"encoder": args.second, "weight": args.second_weight}}) if args.second else None
+    return ", ".join(x for x in (args.label, second, ADAPTED if args.adapt else None) if x) or None
 
 
 def rule_fields(args: argparse.Namespace, grid: dict, qs: str, has_val: bool, test_as_train: bool) -> dict:
@@ -395,6 +434,8 @@ def variants_table(labelled: list[dict], rows: list[dict]) -> str:
     def base_for(r: dict, setting: str) -> dict | None:
         if r.get("adapt"):  # the same models before they were adapted to the catalog
             return every.get((r["dataset"], r["setting"].replace(f", {ADAPTED}", "")))
+        if r.get("second"):  # the same models, the same rule, without the second encoder
+            return every.get((r["dataset"], r["setting"].replace(f", {second_part(r)}", "")))
         if r.get("query_split", "none") != "none":
             return (unsplit.get((r["dataset"], r["setting"].removesuffix(f", query split {r['query_split']}"))) or [None])[0]
         found = [b for b in bases.get((r["dataset"], setting), []) if b is not r]
@@ -418,9 +459,9 @@ def variants_table(labelled: list[dict], rows: list[dict]) -> str:
                     continue
                 cells.append(f"{old:.4f} → {new:.4f}")
                 sums.setdefault(key, []).append(new - old)
-            where = "–" if b is None else (b.get("label") or "main") + (" without the split" if b is not None and
-                                                                      r.get("query_split", "none") != "none"
-                                                                      and not r.get("adapt") else "") + (
+            without = (f" without {r['second']['encoder']}" if r.get("second") else " without the split"
+                       if r.get("query_split", "none") != "none" and not r.get("adapt") else "")
+            where = "–" if b is None else (b.get("label") or "main") + without + (
                 ", same device" if b.get("device") == r.get("device") else f", {short_device(b.get('device'))}")
             lines.append(f"| {label} | {r['dataset']} | {' | '.join(cells)} | {where} | {short_device(r.get('device'))} |")
         mean = [f"{sum(v) / len(v):+.4f} ({len(v)})" if (v := sums.get(k)) else "–" for k in ("val 1.0", "val 0.5", "test")]
@@ -611,6 +652,13 @@ def main() -> None:
                         "trains it on the catalog's own self-supervised pairs, never a query; the rows' label gets "
                         "', adapted to the catalog'. The models themselves are the ones --label names (reused)")
     a.add_argument("--adapt-overrides", nargs="*", default=[], help="train.py overrides for the adaptation (key=value)")
+    a.add_argument("--second", default=None, metavar="ENCODER",
+                   help="test each model fused with this encoder zero-shot (e.g. all-mpnet-base-v2: min-max scores, "
+                        "model + v x ENCODER, the encoder splitting requests by the same rule); the rows' label gets "
+                        "'+ v x ENCODER'. The models are the ones --label names (reused)")
+    a.add_argument("--second-weight", type=float, default=None, metavar="V",
+                   help="--second: its weight v beside the model's 1.0 (default 0.25, chosen on val by "
+                        "benchmarks/query_split.py --second)")
     a.add_argument("--dup-threshold", type=float, default=0.95, help="cosine of an embedding near-duplicate")
     a.add_argument("--command", default=None, help="recorded in the rows (default: this command line)")
     b = sub.add_parser("all", help="in-domain rows of the all-datasets model")
@@ -632,6 +680,12 @@ def main() -> None:
     r = sub.add_parser("render")
     r.add_argument("--page", default=str(PAGE))
     args = p.parse_args()
+    if args.cmd == "lodo":
+        if args.second_weight is not None and not args.second:
+            a.error("--second-weight: give --second ENCODER too")
+        if args.second_weight is not None and args.second_weight <= 0:
+            a.error(f"--second-weight: {args.second_weight:g} is not above 0 (leave --second out for the model alone)")
+        args.second_weight = 0.25 if args.second_weight is None else args.second_weight
     if getattr(args, "command", "x") is None:
         args.command = "python " + " ".join(shlex.quote(x) for x in sys.argv)
     commands = {"lodo": lodo, "all": all_datasets, "mcp": mcp_rows, "install": lambda a: install(Path(a.run)),

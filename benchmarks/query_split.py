@@ -38,9 +38,9 @@ from typing import get_args
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from general import LODO_SETS, PAGE, apply_rule, chosen_alpha, split_rule  # noqa: E402
+from general import LODO_SETS, PAGE, apply_rule, chosen_alpha, second_member, split_rule, with_second  # noqa: E402
 from general_hybrid import fusion_grid, members  # noqa: E402
-from results_io import RESULTS, ROOT, machine, upsert, write_block  # noqa: E402
+from results_io import RESULTS, machine, upsert, write_block  # noqa: E402
 
 from toolgraph.config import QuerySplit  # noqa: E402
 
@@ -92,25 +92,6 @@ def dense_label(lodo: str | None, wise: float | None, second: str | None = None,
     ``+ v x ENCODER`` when a second encoder is fused with it at weight v."""
     dense = MINILM if not lodo else lodo + (f", WiSE {wise}" if wise is not None else "")
     return dense + (f" + {weight:g} x {second}" if second else "")
-
-
-def second_member(dataset: str, encoder: str):
-    """``encoder`` zero-shot on ``dataset``: its MiniLM preset (configs/eval/minilm_<dataset>.yaml) with the
-    encoder swapped, as the baseline rows measure it (vectors in the preset's embedding cache)."""
-    from toolgraph.config import EvaluateConfig, load_config
-    from toolgraph.retrieval.loading import resolve_retriever
-
-    cfg = load_config(EvaluateConfig, [ROOT / "configs" / "eval" / f"minilm_{dataset}.yaml"],
-                      [f"retriever.encoder.name={encoder}"])
-    return resolve_retriever(cfg.retriever)
-
-
-def with_second(dense, second, weight: float):
-    """``dense + weight * second``, each member's scores min-max normalised per query (the hybrid's rule)."""
-    from toolgraph.retrieval.pipeline import FusionConfig, FusionRetriever
-
-    return FusionRetriever(FusionConfig(method="score", weights=[1.0, weight], normalize="minmax"),
-                           members=[dense, second])
 
 
 def measure(args: argparse.Namespace) -> None:

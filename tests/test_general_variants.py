@@ -178,3 +178,33 @@ def test_an_adapted_row_is_compared_with_the_same_models_before_adaptation(gener
     assert f"| {adapted} | toollens | 0.3300 → 0.3500 | – | 0.3200 → 0.3300 | {top3}, same device |" in table
     assert (f"| {adapted}, query split clauses:0.3 | toollens | 0.4000 → 0.4200 | – | 0.4100 → 0.4000 | "
             f"{top3}, query split clauses:0.3, same device |") in table
+
+
+def test_a_second_encoder_row_is_compared_with_the_same_models_and_rule_without_it(general):
+    """lodo --second: the base is the same labelled models under the same split rule, the encoder left out."""
+    seed, cover = "seed 2", "query split clauses:0.3+cover"
+    second = {"encoder": "all-mpnet-base-v2", "weight": 0.25}
+    fused = f"{seed}, + 0.25 x all-mpnet-base-v2, {cover}"
+    rows = [row("toollens", TAT, {"1.0": 0.30}, 0.31),
+            {**row("toollens", TAT, {"1.0": 0.32}, 0.30, f"{seed}, {cover}"), "query_split": "clauses:0.3+cover"},
+            {**row("toollens", TAT, {"1.0": 0.34}, 0.33, fused), "query_split": "clauses:0.3+cover", "second": second}]
+    table = general.variants_table([rows[-1]], rows)
+    assert (f"| {fused} | toollens | 0.3200 → 0.3400 | – | 0.3000 → 0.3300 | "
+            f"{seed}, {cover} without all-mpnet-base-v2, same device |") in table
+
+
+def test_a_second_encoder_names_the_rows_not_the_model_folder_and_needs_a_positive_weight(general, monkeypatch,
+                                                                                         capsys):
+    import argparse
+
+    args = argparse.Namespace(label="seed 2", second="all-mpnet-base-v2", second_weight=0.25, adapt=None)
+    assert general.rows_label(args) == "seed 2, + 0.25 x all-mpnet-base-v2"
+    assert general.rows_label(argparse.Namespace(**{**vars(args), "second": None})) == "seed 2"
+    assert general.rows_label(argparse.Namespace(**{**vars(args), "label": None, "adapt": "a.yaml"})) == \
+        f"+ 0.25 x all-mpnet-base-v2, {general.ADAPTED}"
+    for argv, said in ((["--second-weight", "0.5"], "--second-weight: give --second ENCODER too"),
+                       (["--second", "all-mpnet-base-v2", "--second-weight", "0"], "0 is not above 0")):
+        monkeypatch.setattr("sys.argv", ["general.py", "lodo", *argv])
+        with pytest.raises(SystemExit):  # refused before any dataset or model is loaded
+            general.main()
+        assert said in capsys.readouterr().err

@@ -299,15 +299,15 @@ def lodo(args: argparse.Namespace) -> None:
     render()
 
 
-def second_part(row: dict) -> str:
-    """``+ v x ENCODER``: what ``--second`` adds to a row's label."""
-    return f"+ {row['second']['weight']:g} x {row['second']['encoder']}"
+def second_part(encoder: str, weight: float) -> str:
+    """``+ v x ENCODER``: what a second encoder at weight v adds to a label (general_lodo and query_split rows)."""
+    return f"+ {weight:g} x {encoder}"
 
 
 def rows_label(args: argparse.Namespace) -> str | None:
     """The rows' label: ``--label``, then ``+ v x ENCODER`` with ``--second``, then the adaptation. Only
     ``--label`` is part of the model's folder name: the other two change how the same model is tested."""
-    second = second_part({"second": {"encoder": args.second, "weight": args.second_weight}}) if args.second else None
+    second = second_part(args.second, args.second_weight) if args.second else None
     return ", ".join(x for x in (args.label, second, ADAPTED if args.adapt else None) if x) or None
 
 
@@ -435,7 +435,7 @@ def variants_table(labelled: list[dict], rows: list[dict]) -> str:
         if r.get("adapt"):  # the same models before they were adapted to the catalog
             return every.get((r["dataset"], r["setting"].replace(f", {ADAPTED}", "")))
         if r.get("second"):  # the same models, the same rule, without the second encoder
-            return every.get((r["dataset"], r["setting"].replace(f", {second_part(r)}", "")))
+            return every.get((r["dataset"], r["setting"].replace(f", {second_part(**r['second'])}", "")))
         if r.get("query_split", "none") != "none":
             return (unsplit.get((r["dataset"], r["setting"].removesuffix(f", query split {r['query_split']}"))) or [None])[0]
         found = [b for b in bases.get((r["dataset"], setting), []) if b is not r]

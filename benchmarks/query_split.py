@@ -38,7 +38,7 @@ from typing import get_args
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from general import LODO_SETS, PAGE, apply_rule, chosen_alpha, second_member, split_rule, with_second  # noqa: E402
+from general import LODO_SETS, PAGE, apply_rule, chosen_alpha, second_member, second_part, split_rule, with_second  # noqa: E402
 from general_hybrid import fusion_grid, members  # noqa: E402
 from results_io import RESULTS, machine, upsert, write_block  # noqa: E402
 
@@ -91,7 +91,7 @@ def dense_label(lodo: str | None, wise: float | None, second: str | None = None,
     """The rows' ``dense``: MiniLM or the --lodo setting (and its WiSE alpha when given), then
     ``+ v x ENCODER`` when a second encoder is fused with it at weight v."""
     dense = MINILM if not lodo else lodo + (f", WiSE {wise}" if wise is not None else "")
-    return dense + (f" + {weight:g} x {second}" if second else "")
+    return dense + (f" {second_part(second, weight)}" if second else "")
 
 
 def measure(args: argparse.Namespace) -> None:

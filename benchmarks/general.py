@@ -234,6 +234,10 @@ def extra_training_options(cfg) -> dict:
 
 def lodo(args: argparse.Namespace) -> None:
     from toolgraph.data.loading import load_dataset
+    from toolgraph.nn.encoder import resolve_model
+
+    if args.second:  # a misspelt --second fails here, not after the first fold has trained
+        resolve_model(args.second)
 
     finder = NearDuplicates(args.dup_threshold)
     recipe = recipe_config(args.config, args.overrides)

@@ -208,3 +208,13 @@ def test_a_second_encoder_names_the_rows_not_the_model_folder_and_needs_a_positi
         with pytest.raises(SystemExit):  # refused before any dataset or model is loaded
             general.main()
         assert said in capsys.readouterr().err
+
+
+def test_an_unknown_second_encoder_is_named_before_any_fold_trains(general, monkeypatch):
+    import argparse
+
+    from toolgraph.errors import ModelNotFoundError
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelNotFoundError, match="'no-such-encoder-xyz' not found"):
+        general.lodo(argparse.Namespace(second="no-such-encoder-xyz"))  # nothing else of args is read first
